@@ -1,0 +1,66 @@
+"""Write environment.yml and binder/ from pyproject.toml, the one source of dependencies.
+
+    python scripts/derive_envs.py          # rewrite the derived files
+    python scripts/derive_envs.py --check  # exit 1 if they differ from what pyproject.toml says
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = "3.11"
+HEADER = "# Derived from pyproject.toml by scripts/derive_envs.py: edit pyproject.toml, then rerun it.\n"
+
+
+def pip_requirements() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return project["dependencies"] + project["optional-dependencies"]["test"]
+
+
+def environment_yml(*, install_self: bool) -> str:
+    lines = [HEADER, "name: dragonlab\n", "channels:\n  - conda-forge\n", "dependencies:\n",
+             f"  - python={PYTHON}\n", "  - pip\n", "  - pip:\n"]
+    lines += [f"    - {req}\n" for req in pip_requirements()]
+    if install_self:
+        lines.append("    - -e .\n")
+    return "".join(lines)
+
+
+POST_BUILD = HEADER + """set -euo pipefail
+# repo2docker installed the pinned dependencies from binder/environment.yml; add dragonlab itself.
+python -m pip install --no-deps -e .
+"""
+
+
+def derived() -> dict[Path, str]:
+    return {
+        ROOT / "environment.yml": environment_yml(install_self=True),
+        ROOT / "binder" / "environment.yml": environment_yml(install_self=False),
+        ROOT / "binder" / "postBuild": "#!/usr/bin/env bash\n" + POST_BUILD,
+    }
+
+
+def main() -> int:
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for path, text in derived().items():
+        if path.exists() and path.read_text() == text:
+            continue
+        stale.append(path.relative_to(ROOT))
+        if not check:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+            if path.name == "postBuild":
+                path.chmod(0o755)
+    if check and stale:
+        print("out of date with pyproject.toml: " + ", ".join(map(str, stale))
+              + " (run python scripts/derive_envs.py)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
