@@ -1,0 +1,195 @@
+import itertools
+import json
+import random
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tvm.s_tir.analysis import estimate_tir_flops
+
+from dragonlab import workloads as W
+from dragonlab.workloads import Workload, WorkloadFormatError
+
+CPU = {"kind": "llvm", "num-cores": 2}
+
+
+@pytest.fixture(scope="module")
+def quick():
+    return {w.family: w for w in reversed(W.suite("quick"))}  # first workload of each family wins
+
+
+def run(w: Workload, *inputs: np.ndarray, out_dtype: str | None = None) -> np.ndarray:
+    """Build `w` unscheduled for the CPU and run it on `inputs`; the last argument is the output."""
+    ex = tvm.compile(w.mod, target=tvm.target.Target(CPU))
+    args = [tvm.runtime.tensor(x) for x in inputs]
+    out = tvm.runtime.tensor(np.zeros(_out_shape(w), dtype=out_dtype or w.dtype))
+    ex["main"](*args, out)
+    return out.numpy()
+
+
+def _out_shape(w: Workload) -> list[int]:
+    import tvm.s_tir.meta_schedule as ms
+
+    return [int(s) for s in ms.arg_info.ArgInfo.from_prim_func(w.mod["main"])[-1].shape]
+
+
+@pytest.mark.parametrize("family", W.FAMILIES)
+def test_every_family_generates_a_main_module_with_a_decimal_key(family):
+    for seed in range(3):
+        w = W.sample(family, random.Random(seed))
+        assert w.family == family
+        assert isinstance(w.mod, tvm.IRModule) and "main" in w.mod
+        assert w.key.isdigit() and w.key == str(tvm_ffi.structural_hash(w.mod))
+        assert w.flops > 0 and w.weight == 1
+        assert w.name.startswith(family) and w.name.endswith(w.dtype)
+        assert json.loads(json.dumps(dict(w.params))) == dict(w.params)
+
+
+@pytest.mark.parametrize("family", ["matmul", "batch_matmul", "conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d"])
+def test_compute_bound_flops_agree_with_tvm_count(family):
+    rng = random.Random(7)
+    for _ in range(5):  # sampled shapes cover the stride and padding variants
+        w = W.sample(family, rng)
+        assert w.flops == estimate_tir_flops(w.mod), w.name
+
+
+def test_generators_are_deterministic_including_block_names():
+    a = W.conv2d_nhwc(n=1, c=16, h=14, w=14, f=32, kernel=3, stride=2, pad=1)
+    b = W.conv2d_nhwc(n=1, c=16, h=14, w=14, f=32, kernel=3, stride=2, pad=1)
+    assert a == b and a.key == b.key and a.mod.script() == b.mod.script()
+    assert 'T.sblock("C")' in W.matmul(m=8, n=8, k=8).mod.script()
+
+
+def test_fp16_accumulation_is_a_distinct_named_variant():
+    plain = W.matmul(m=32, n=32, k=32, dtype="float16")
+    wide = W.matmul(m=32, n=32, k=32, dtype="float16", accum="float32")
+    assert plain.key != wide.key and plain.name != wide.name
+    assert wide.params["accum"] == "float32" and "accum" not in plain.params
+    assert W.matmul(m=64, n=64, k=64).name == "matmul_m64_n64_k64_float32"
+
+
+def test_quick_suite_is_small_unique_and_covers_every_family():
+    ws = W.suite("quick")
+    assert 12 <= len(ws) <= 16
+    assert len({w.name for w in ws}) == len(ws) and len({w.key for w in ws}) == len(ws)
+    assert {w.family for w in ws} == set(W.FAMILIES)
+    assert any(w.family == "matmul" and w.dtype == "float16" for w in ws)
+    assert max(w.flops for w in ws) < 2e6  # each candidate must run in microseconds
+
+
+def test_standard_suite_is_deterministic_per_seed_and_unique():
+    a, b, c = W.suite("standard", seed=0), W.suite("standard", seed=0), W.suite("standard", seed=1)
+    assert 200 <= len(a) <= 500
+    assert [w.key for w in a] == [w.key for w in b] and [w.name for w in a] == [w.name for w in b]
+    assert [w.key for w in a] != [w.key for w in c]
+    assert len({w.key for w in a}) == len(a) and len({w.name for w in a}) == len(a)
+    assert {w.family for w in a} == set(W.FAMILIES)
+
+
+def test_paper_suite_streams_deterministically_and_extends_standard():
+    first = [w.key for w in itertools.islice(W.iter_suite("paper", seed=3), 200)]
+    again = [w.key for w in itertools.islice(W.iter_suite("paper", seed=3), 200)]
+    assert first == again and len(set(first)) == 200
+    assert first == [w.key for w in W.suite("standard", seed=3)[:200]]
+
+
+def test_unknown_suite_lists_the_known_names():
+    with pytest.raises(ValueError, match="quick, standard, paper"):
+        W.suite("huge")
+
+
+def test_lookup_finds_by_key_or_name_and_describe_is_one_line(quick):
+    ws = list(quick.values())
+    w = quick["softmax"]
+    assert W.lookup(w.key, ws) is w and W.lookup(w.name, ws) is w
+    with pytest.raises(KeyError):
+        W.lookup("nope", ws)
+    assert "\n" not in W.describe(w) and w.key in W.describe(w)
+
+
+def _assert_same_workload(a: Workload, b: Workload):
+    assert a == b and a.key == b.key
+    assert tvm_ffi.structural_equal(a.mod, b.mod, map_free_vars=False)
+    assert a.mod.script() == b.mod.script()  # block names survive: the hash alone would not notice
+
+
+def test_json_round_trip_keeps_key_and_block_names():
+    for w in W.suite("quick"):
+        _assert_same_workload(Workload.from_json(json.loads(json.dumps(w.to_json()))), w)
+
+
+@settings(max_examples=25, deadline=None)
+@given(family=st.sampled_from(W.FAMILIES), seed=st.integers(0, 2**32))
+def test_json_round_trip_holds_for_sampled_workloads(family, seed):
+    w = W.sample(family, random.Random(seed))
+    _assert_same_workload(Workload.from_json(json.loads(json.dumps(w.to_json()))), w)
+
+
+@pytest.mark.parametrize("field", ["name", "family", "params", "dtype", "flops", "mod"])
+def test_from_json_names_the_missing_field(field, quick):
+    d = quick["matmul"].to_json()
+    del d[field]
+    with pytest.raises(WorkloadFormatError, match=repr(field)) as err:
+        Workload.from_json(d)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("field, value", [("flops", "many"), ("params", {"m": [1]}), ("weight", 0),
+                                          ("mod", "{not json"), ("key", "123")])
+def test_from_json_names_the_bad_field(field, value, quick):
+    d = quick["matmul"].to_json()
+    d[field] = value
+    with pytest.raises(WorkloadFormatError) as err:
+        Workload.from_json(d)
+    assert err.value.field == field
+
+
+def test_matmul_computes_a_matmul(quick):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 64), dtype=np.float32), rng.standard_normal((64, 64), dtype=np.float32)
+    np.testing.assert_allclose(run(quick["matmul"], a, b), a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_fp16_matmul_accumulates_in_fp32():
+    w = W.matmul(m=32, n=32, k=32, dtype="float16", accum="float32")
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((32, 32)).astype(np.float16) for _ in range(2))
+    ref = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_allclose(run(w, a, b, out_dtype="float32"), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_softmax_computes_a_softmax(quick):
+    x = np.random.default_rng(2).standard_normal((32, 64), dtype=np.float32)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(run(quick["softmax"], x), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_dense_bias_gelu_and_transpose_fusion_compute_what_they_say(quick):
+    rng = np.random.default_rng(3)
+    x, wt, bias = (rng.standard_normal(s, dtype=np.float32) for s in [(8, 64), (64, 64), (64,)])
+    y = x @ wt.T + bias
+    gelu = 0.5 * y * (1 + np.tanh(0.7978845608 * (y + 0.044715 * y**3)))
+    np.testing.assert_allclose(run(quick["dense_bias_act"], x, wt, bias), gelu, rtol=1e-5, atol=1e-4)
+
+    x, other = rng.standard_normal((4, 32, 64), dtype=np.float32), rng.standard_normal((4, 64, 32), dtype=np.float32)
+    np.testing.assert_allclose(run(quick["transpose_fusion"], x, other), x.transpose(0, 2, 1) + other)
+
+
+def test_mlp_extraction_yields_four_weighted_tasks():
+    ws = W.extract_model_workloads("mlp")
+    assert [w.params["task"] for w in ws] == ["fused_matmul1_add1", "fused_matmul_add_relu", "transpose", "transpose1"]
+    assert all(w.family == f"model:mlp/{w.params['task']}" and w.weight == 1 and w.flops > 0 for w in ws)
+    relu = W.lookup("mlp_fused_matmul_add_relu", ws)
+    assert relu.params["args"] == "float32[8, 64] float32[64, 128] float32[128] float32[8, 128]"
+    assert relu.flops >= 2 * 8 * 64 * 128
+    _assert_same_workload(Workload.from_json(relu.to_json()), relu)
+
+
+def test_transformer_block_extraction_yields_many_tasks_with_repeats():
+    ws = W.extract_model_workloads("transformer_block", target="cpu")
+    assert len(ws) >= 20 and len({w.key for w in ws}) == len(ws) == len({w.name for w in ws})
+    assert any(w.weight > 1 for w in ws)  # the two layer norms share one task
+    assert all(w.family.startswith("model:transformer_block/") and "main" in w.mod for w in ws)
