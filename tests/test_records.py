@@ -1,0 +1,98 @@
+"""The record store: append-only lines, torn-line recovery, de-duplication, clear errors.
+
+These tests exercise the file format with hand-made records; real measured records are
+tested in test_collect.py.
+"""
+
+import json
+
+import pytest
+
+from dragonlab.records import (OK, RUN_ERROR, TIMEOUT, Record, RecordFormatError, RecordStore,
+                               classify_error, merge, stats)
+
+TRACE_A = [[["GetSBlock", [], ["C", "main"], ["b0"]]], []]
+TRACE_B = [[["GetSBlock", [], ["D", "main"], ["b0"]]], []]
+
+
+def _ok(trace, secs=(1e-3, 1.1e-3, 0.9e-3), workload="123"):
+    return Record(workload, "cpu", trace, OK, tuple(secs), round=0, trial=0)
+
+
+def test_records_round_trip_through_the_store(tmp_path):
+    store = RecordStore(tmp_path, create=True)
+    store.append([_ok(TRACE_A), Record("123", "cpu", TRACE_B, RUN_ERROR, None, "boom")])
+    back = store.records()
+    assert back == [_ok(TRACE_A), Record("123", "cpu", TRACE_B, RUN_ERROR, None, "boom")]
+    assert back[0].latency == pytest.approx(1e-3)
+
+
+def test_duplicates_are_dropped_on_read(tmp_path):
+    store = RecordStore(tmp_path, create=True)
+    store.append([_ok(TRACE_A)])
+    store.append([_ok(TRACE_A, secs=(2e-3,))])  # same trace measured again: same data point
+    assert len(store.records()) == 1
+    assert store.records()[0].latencies[0] == pytest.approx(1e-3)  # first one wins
+
+
+def test_torn_last_line_is_ignored_then_cut_before_the_next_append(tmp_path):
+    store = RecordStore(tmp_path, create=True)
+    store.append([_ok(TRACE_A)])
+    path = tmp_path / "records.jsonl"
+    with open(path, "a") as f:
+        f.write('{"workload": "123", "tar')  # a writer killed mid-line
+    assert len(store.records()) == 1
+    store.append([_ok(TRACE_B)])
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(x) for x in lines)
+    assert [r.trace for r in store.records()] == [TRACE_A, TRACE_B]
+
+
+def test_malformed_line_error_names_file_and_line(tmp_path):
+    store = RecordStore(tmp_path, create=True)
+    store.append([_ok(TRACE_A)])
+    with open(tmp_path / "records.jsonl", "a") as f:
+        f.write('{"workload": "1", "target": "cpu", "trace": [[], []], "status": "great"}\n')
+    with pytest.raises(RecordFormatError, match=r"records.jsonl:2: .*status 'great'"):
+        store.records()
+
+
+def test_missing_field_is_named(tmp_path):
+    (tmp_path / "records.jsonl").write_text('{"workload": "1", "target": "cpu", "status": "ok"}\n')
+    with pytest.raises(RecordFormatError, match="records.jsonl:1: record is missing field 'trace'"):
+        RecordStore(tmp_path).records()
+
+
+def test_a_failure_cannot_carry_a_latency():
+    with pytest.raises(RecordFormatError):
+        Record("1", "cpu", TRACE_A, RUN_ERROR, (1e-3,))
+    with pytest.raises(RecordFormatError):
+        Record("1", "cpu", TRACE_A, OK, None)
+
+
+def test_timeouts_are_told_apart_from_failures():
+    assert classify_error("Builder: Timeout, killed after 30 seconds") == TIMEOUT
+    assert classify_error("LocalRunner: Timeout, killed after 30 seconds\n") == TIMEOUT
+    assert classify_error("Builder: InternalError: Check failed") == "build_error"
+    assert classify_error("LocalRunner: An exception occurred\nSegfault") == RUN_ERROR
+
+
+def test_shards_merge_without_duplicates(tmp_path):
+    a = RecordStore(tmp_path / "a", shard="0-of-2", create=True)
+    b = RecordStore(tmp_path / "b", shard="1-of-2", create=True)
+    a.append([_ok(TRACE_A)])
+    b.append([_ok(TRACE_A), _ok(TRACE_B)])
+    b.mark_done("123", "cpu", 16)
+    out = RecordStore(tmp_path / "out", create=True)
+    assert merge([a, b], out) == 2
+    assert merge([a, b], out) == 0  # merging again adds nothing
+    assert len(out.records()) == 2 and out.done() == {("123", "cpu"): 16}
+
+
+def test_stats_count_statuses_and_latency_spread(tmp_path):
+    recs = [_ok(TRACE_A, secs=(2e-3,)), _ok(TRACE_B, secs=(1e-3,)),
+            Record("123", "cpu", [[], []], TIMEOUT, None, "Timeout")]
+    s = stats({}, recs)
+    (row,) = s.rows
+    assert (row["ok"], row["timeout"], row["records"]) == (2, 1, 3)
+    assert row["best_ms"] == pytest.approx(1.0) and row["worst_ms"] == pytest.approx(2.0)
