@@ -1,0 +1,234 @@
+"""The `dragonlab` command: one subcommand per pipeline stage.
+
+Library errors about bad input (a malformed file, an unknown target, a bad parameter) end the
+command with one line `dragonlab: error: ...` naming what is wrong, and exit status 2; nothing
+is overwritten. Anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+# Heavy imports (TVM, MetaSchedule) happen inside the commands, so `--help` is instant.
+
+
+class UsageError(ValueError):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.run(args) or 0
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, LookupError) as e:
+        print(f"dragonlab: error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        if type(e).__name__ == "RunnerUnavailableError":
+            print(f"dragonlab: error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dragonlab", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+
+    c = sub.add_parser("targets", help="list the named targets")
+    c.set_defaults(run=_targets)
+
+    c = sub.add_parser("workloads", help="list the workloads of a suite")
+    c.add_argument("--suite", default="quick")
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(run=_workloads)
+
+    c = sub.add_parser("collect", help="run MetaSchedule search and keep every measured candidate")
+    _collect_args(c)
+    c.set_defaults(run=_collect)
+
+    rec = sub.add_parser("records", help="import, export, merge and summarise search records")
+    rsub = rec.add_subparsers(title="records commands", metavar="ACTION")
+    c = rsub.add_parser("import", help="read MetaSchedule JSON databases into a record store")
+    c.add_argument("paths", nargs="+", type=Path, help="database directories (searched recursively)")
+    c.add_argument("--out", type=Path, required=True, help="record store directory (created)")
+    c.set_defaults(run=_records_import)
+    c = rsub.add_parser("export", help="write a record store as a MetaSchedule JSON database")
+    c.add_argument("store", type=Path)
+    c.add_argument("--target", default="cpu")
+    c.add_argument("--out", type=Path, required=True, help="new directory for the database")
+    c.set_defaults(run=_records_export)
+    c = rsub.add_parser("merge", help="merge record stores (shards) with de-duplication")
+    c.add_argument("stores", nargs="+", type=Path)
+    c.add_argument("--out", type=Path, required=True)
+    c.set_defaults(run=_records_merge)
+    c = rsub.add_parser("stats", help="counts per workload, family and target; failures; latency spread")
+    c.add_argument("paths", nargs="+", type=Path, help="record stores or MetaSchedule databases")
+    c.set_defaults(run=_records_stats)
+    rec.set_defaults(run=lambda a: rec.print_help() or 2)
+
+    c = sub.add_parser("demo", help="the quick end-to-end pipeline on the CPU")
+    c.add_argument("--out", type=Path, default=Path("runs/demo"))
+    c.add_argument("--trials", type=int, default=16)
+    c.set_defaults(run=_demo)
+    return p
+
+
+def _collect_args(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--suite", default="quick", help="quick | standard | paper")
+    c.add_argument("--only", default=None, help="comma-separated workload names of the suite")
+    c.add_argument("--target", default="cpu")
+    c.add_argument("--trials", type=int, default=32, help="measured candidates per workload")
+    c.add_argument("--per-round", type=int, default=16, help="candidates per search round")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--out", type=Path, required=True, help="record store directory")
+    c.add_argument("--shard", default=None, help="I/N: this machine's share of the workloads")
+    c.add_argument("--runner", default="local", choices=["local", "rpc"])
+    c.add_argument("--tracker", default=None, help="HOST:PORT of TVM's RPC tracker")
+    c.add_argument("--key", default=None, help="device key at the tracker")
+    c.add_argument("--repeat", type=int, default=3)
+    c.add_argument("--number", type=int, default=3)
+    c.add_argument("--min-repeat-ms", type=int, default=40)
+    c.add_argument("--timeout", type=float, default=30.0, help="seconds per build and per run")
+
+
+def _targets(args) -> int:
+    from dragonlab.targets import get_target, target_names
+
+    for name in target_names():
+        print(f"{name:10s} {get_target(name).config}")
+    return 0
+
+
+def _workloads(args) -> int:
+    from dragonlab.workloads import suite
+
+    for w in suite(args.suite, seed=args.seed):
+        print(f"{w.name:48s} {w.family:20s} {w.dtype:8s} {w.flops:>14,d} flops  key {w.key}")
+    return 0
+
+
+def _positive(name: str, value) -> None:
+    if value is None or value <= 0:
+        raise UsageError(f"{name} must be positive, got {value}")
+
+
+def _collect(args) -> int:
+    from dragonlab.collect import CollectConfig, collect, shard
+    from dragonlab.measure import MeasureConfig
+    from dragonlab.records import RecordStore
+    from dragonlab.targets import get_target
+    from dragonlab.workloads import suite
+
+    for name in ("trials", "per_round", "repeat", "number", "timeout"):
+        _positive(f"--{name.replace('_', '-')}", getattr(args, name))
+    target = get_target(args.target)
+    workloads = suite(args.suite, seed=args.seed)
+    if args.only:
+        wanted = args.only.split(",")
+        names = {w.name for w in workloads}
+        unknown = [n for n in wanted if n not in names]
+        if unknown:
+            raise UsageError(f"--only: {unknown[0]!r} is not a workload of suite {args.suite!r}")
+        workloads = [w for w in workloads if w.name in wanted]
+    workloads = shard(workloads, args.shard)
+    shard_name = args.shard.replace("/", "-of-") if args.shard else ""
+    store = RecordStore(args.out, shard=shard_name, create=True)
+    config = CollectConfig(
+        trials=args.trials, trials_per_round=args.per_round, seed=args.seed, runner=args.runner,
+        tracker=args.tracker, key=args.key,
+        measure=MeasureConfig(number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
+                              build_timeout_sec=args.timeout, run_timeout_sec=args.timeout))
+    start = time.monotonic()
+    summary = collect(workloads, target, store, config)
+    minutes = (time.monotonic() - start) / 60
+    print(f"collected {summary.measured} new records for {len(workloads)} workloads on {target.name} "
+          f"in {minutes:.1f} min ({summary.skipped} already done, {summary.timeouts} timeouts) -> {args.out}")
+    for line in summary.failed_workloads:
+        print(f"  workload failed: {line}", file=sys.stderr)
+    return 1 if summary.failed_workloads else 0
+
+
+def _records_import(args) -> int:
+    from dragonlab.msdb import import_databases
+    from dragonlab.records import RecordStore
+
+    for p in args.paths:
+        if not p.exists():
+            raise FileNotFoundError(f"{p} does not exist")
+    added = import_databases(args.paths, RecordStore(args.out, create=True))
+    print(f"imported {added} new records -> {args.out}")
+    return 0
+
+
+def _records_export(args) -> int:
+    from dragonlab.msdb import export_database
+    from dragonlab.records import RecordStore
+
+    n = export_database(RecordStore(args.store), args.out, args.target)
+    print(f"exported {n} records for target {args.target} -> {args.out}")
+    return 0
+
+
+def _records_merge(args) -> int:
+    from dragonlab.records import RecordStore, merge
+
+    added = merge([RecordStore(s) for s in args.stores], RecordStore(args.out, create=True))
+    print(f"merged {added} new records -> {args.out}")
+    return 0
+
+
+def _records_stats(args) -> int:
+    from dragonlab.msdb import load
+    from dragonlab.records import STATUSES, stats
+
+    workloads, records = {}, []
+    for p in args.paths:
+        if not p.exists():
+            raise FileNotFoundError(f"{p} does not exist")
+        ws, rs = load(p)
+        workloads.update(ws)
+        records.extend(rs)
+    print(format_stats(stats(workloads, records), STATUSES))
+    return 0
+
+
+def format_stats(s, statuses) -> str:
+    def ms(x):
+        return f"{x:10.4f}" if x is not None else f"{'-':>10s}"
+
+    head = f"{'workload':40s} {'family':20s} {'target':9s} " + " ".join(f"{st:>11s}" for st in statuses)
+    lines = [head + f" {'best ms':>10s} {'median ms':>10s} {'worst ms':>10s}"]
+    for r in s.rows:
+        lines.append(f"{r['workload'][:40]:40s} {r['family'][:20]:20s} {r['target']:9s} "
+                     + " ".join(f"{r[st]:11d}" for st in statuses)
+                     + f" {ms(r['best_ms'])} {ms(r['median_ms'])} {ms(r['worst_ms'])}")
+    lines.append("")
+    lines.append("per family:")
+    for fam, counts in sorted(s.by_family.items()):
+        lines.append(f"  {fam:40s} " + ", ".join(f"{st} {counts.get(st, 0)}" for st in statuses))
+    total = sum(s.totals.values())
+    lines.append(f"total: {total} records, {len(s.rows)} workload/target pairs, "
+                 + ", ".join(f"{st} {s.totals.get(st, 0)}" for st in statuses))
+    return "\n".join(lines)
+
+
+def _demo(args) -> int:
+    """The quick pipeline so far: collect the quick suite on the CPU, then summarise it."""
+    records_dir = args.out / "records"
+    code = main(["collect", "--suite", "quick", "--target", "cpu", "--trials", str(args.trials),
+                 "--out", str(records_dir)])
+    if code:
+        return code
+    return main(["records", "stats", str(records_dir)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Building and timing MetaSchedule candidates: the builder, the runners, and their limits.
+
+Two costs of MetaSchedule's stock `LocalBuilder` dominate small tuning runs (TVM_FACTS.md,
+section 4): it starts a fresh process pool for every batch, and its default build function
+imports `tvm.s_tir.tensor_intrin` in each fresh worker (16-22 s). `PooledBuilder` keeps one
+pool for its lifetime and builds with `fast_build`, which skips that import: a schedule has
+already been tensorized by the time it is built, so the intrinsic registry is not needed.
+
+Every wait is bounded: a build or run that exceeds its limit becomes a result whose error says
+"Timeout", which collection retries and never stores as a schedule failure.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.builder.local_builder import default_export
+from tvm.s_tir.meta_schedule.runner import (EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner,
+                                             RunnerInput, RunnerResult)
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+
+class RunnerUnavailableError(RuntimeError):
+    """The RPC tracker cannot be reached, or has no server for the key."""
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How candidates are built and timed. Defaults run on a 2-core laptop."""
+
+    number: int = field(default=3, metadata={"help": "kernel calls averaged into one repeat"})
+    repeat: int = field(default=3, metadata={"help": "repeats kept per candidate (the latency spread)"})
+    min_repeat_ms: int = field(default=40, metadata={"help": "grow `number` until a repeat lasts this long"})
+    build_timeout_sec: float = field(default=30.0, metadata={"help": "limit for one build"})
+    run_timeout_sec: float = field(default=30.0, metadata={"help": "limit for one run, all repeats"})
+    retries: int = field(default=2, metadata={"help": "times a timed-out build or run is tried again"})
+    builder_workers: int | None = field(default=None, metadata={"help": "build processes; None = all cores"})
+
+    def evaluator(self) -> EvaluatorConfig:
+        return EvaluatorConfig(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+                               enable_cpu_cache_flush=False)
+
+
+def fast_build(mod: tvm.IRModule, target: tvm.target.Target, _params=None) -> tvm.runtime.Module:
+    """MetaSchedule's default build without the tensor-intrinsic import (see module docstring)."""
+    from tvm.driver import build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+
+
+def _build_and_export(job: tuple[tvm.IRModule, tvm.target.Target]) -> str:
+    """Runs in a builder worker; returns the path of the exported library."""
+    mod, target = job
+    return default_export(fast_build(mod, target))
+
+
+@derived_object
+class PooledBuilder(PyBuilder):
+    """A MetaSchedule builder whose worker processes live as long as the builder."""
+
+    def __init__(self, *, max_workers: int | None = None, timeout_sec: float = 30.0) -> None:
+        super().__init__()
+        self.timeout_sec = timeout_sec
+        self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_sec)
+
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        results = []
+        jobs = [(b.mod, b.target) for b in build_inputs]
+        for r in self.pool.map_with_error_catching(_build_and_export, jobs):
+            if r.status == StatusKind.COMPLETE:
+                results.append(BuilderResult(r.value, None))
+            elif r.status == StatusKind.TIMEOUT:
+                results.append(BuilderResult(None, f"Builder: Timeout, killed after {self.timeout_sec} seconds"))
+            else:
+                results.append(BuilderResult(None, f"Builder: {r.value}"))
+        return results
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+
+
+def parse_tracker(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"--tracker must be HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def check_tracker(host: str, port: int, key: str, *, timeout_sec: float = 10.0) -> int:
+    """Number of servers registered under `key`; raises if there are none.
+
+    MetaSchedule's RPC runner waits forever for a key that no server serves, so collection
+    asks the tracker first, with a bounded wait.
+    """
+    try:
+        socket.create_connection((host, port), timeout=timeout_sec).close()
+    except OSError as e:
+        raise RunnerUnavailableError(f"no RPC tracker at {host}:{port} ({e})") from None
+    summary = tvm.rpc.connect_tracker(host, port).summary()
+    servers = sum(1 for s in summary.get("server_info", []) if s.get("key", "").split(":")[-1] == key)
+    if not servers:
+        keys = sorted({s.get("key", "").split(":")[-1] for s in summary.get("server_info", [])})
+        raise RunnerUnavailableError(f"the tracker at {host}:{port} has no server for key {key!r} "
+                                     f"(keys: {', '.join(keys) or 'none'})")
+    return servers
+
+
+def make_runner(kind: str, config: MeasureConfig, *, tracker: str | None = None, key: str | None = None):
+    """`local` times on this machine; `rpc` through TVM's tracker (remote CPUs or GPUs)."""
+    if kind == "local":
+        return LocalRunner(timeout_sec=config.run_timeout_sec, evaluator_config=config.evaluator())
+    if kind == "rpc":
+        if not tracker or not key:
+            raise ValueError("the rpc runner needs --tracker HOST:PORT and --key KEY")
+        host, port = parse_tracker(tracker)
+        servers = check_tracker(host, port, key)
+        rpc = RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key,
+                        session_timeout_sec=int(config.run_timeout_sec))
+        return RPCRunner(rpc_config=rpc, evaluator_config=config.evaluator(), max_workers=servers)
+    raise ValueError(f"unknown runner {kind!r}; use 'local' or 'rpc'")
+
+
+class Measurer:
+    """Build, then run, a batch of candidates; retries timeouts; never waits unboundedly."""
+
+    def __init__(self, config: MeasureConfig, runner, *, device_type: str = "cpu"):
+        self.config = config
+        self.runner = runner
+        self.device_type = device_type
+        self.builder = PooledBuilder(max_workers=config.builder_workers, timeout_sec=config.build_timeout_sec)
+
+    def measure(self, mods: list[tvm.IRModule], args_infos: list, target) -> list[RunnerResult]:
+        """One RunnerResult per module, in order; errors mentioning "Timeout" survived all retries."""
+        results: list[RunnerResult | None] = [None] * len(mods)
+        todo = list(range(len(mods)))
+        for attempt in range(self.config.retries + 1):
+            builds = self.builder.build([BuilderInput(mods[i], target) for i in todo])
+            built = [(i, b.artifact_path) for i, b in zip(todo, builds) if b.error_msg is None]
+            for i, b in zip(todo, builds):
+                if b.error_msg is not None:
+                    results[i] = RunnerResult(None, b.error_msg)
+            runs = self._run([RunnerInput(path, self.device_type, args_infos[i]) for i, path in built])
+            for (i, path), r in zip(built, runs):
+                results[i] = r
+                shutil.rmtree(Path(path).parent, ignore_errors=True)
+            todo = [i for i in todo if results[i].error_msg and "Timeout" in results[i].error_msg]
+            if not todo:
+                break
+        return results  # type: ignore[return-value]
+
+    def _run(self, inputs: list[RunnerInput]) -> list[RunnerResult]:
+        if not inputs:
+            return []
+        futures = self.runner.run(inputs)
+        # The local runner has finished when run() returns; RPC futures may never finish.
+        deadline = time.monotonic() + self.config.run_timeout_sec * (len(inputs) + 1)
+        out = []
+        for f in futures:
+            while not f.done() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if f.done():
+                r = f.result()
+                out.append(RunnerResult(r.run_secs, r.error_msg))
+            else:
+                out.append(RunnerResult(None, "Runner: Timeout, no result before the deadline"))
+        return out
+
+    def close(self) -> None:
+        self.builder.close()
