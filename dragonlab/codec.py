@@ -1,0 +1,962 @@
+"""Scripts: the compact, lossless text of MetaSchedule traces that the model reads and writes.
+
+A trace's JSON form is `[insts, decisions]`, each instruction `[kind, inputs, attrs, outputs]`
+(TVM_FACTS section 1). A script has one instruction per line, read left to right:
+
+    get C                      b0 = sch.get_sblock("C")
+    loops b0 >3                l1, l2, l3 = sch.get_loops(b0)
+    tile l1 =[4,4,2,8]         v4..v7 = sch.sample_perfect_tile(l1, n=4, decision=[4, 4, 2, 8])
+    split l1 v4..v7            l8..l11 = sch.split(l1, [v4, v5, v6, v7])
+    ann b0 parallel 32         sch.annotate(b0, "meta_schedule.parallel", 32)
+
+`decode(encode(t)) == to_plain(t)` for every trace: kinds, inputs, attributes, decisions and
+output names all come back. A script leaves out only what is derivable: output names that follow
+TVM's numbering (b0, l1, v2, ...: prefix by kind, number by position), attribute defaults, and
+two attributes implied by their line (a tile's length, `cat`'s uniform probabilities); runs of
+consecutive variables are abbreviated (v4..v7), index maps written as lambdas. Decisions
+sit on their line, so decoding needs no workload. Parsing is a strict recursive descent over
+characters (never eval) that can also vet a prefix, for constrained decoding. docs/codec.md has
+the grammar, examples and measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+MAX_SCRIPT_CHARS = 1 << 20  # real scripts are a few KB
+MAX_OUTPUTS = 1024  # per instruction; real blocks have a few dozen loops at most
+MAX_DEPTH = 32  # nesting of lists and of index-map expressions
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+# Index maps are embedded as ffi JSON graphs whose metadata names the TVM version. The readable
+# form regenerates that metadata, so a graph from another version fails the encoder's exactness
+# check and is kept verbatim.
+_GRAPH_VERSION = "0.27.0.post1"
+
+
+class CodecError(ValueError):
+    """Base class of everything the codec rejects."""
+
+
+class ScriptSyntaxError(CodecError):
+    """A script (or prefix) that cannot be decoded; `.line` and `.column` are 1-based."""
+
+    def __init__(self, message: str, line: int, column: int):
+        super().__init__(f"line {line}, column {column}: {message}")
+        self.line, self.column = line, column
+
+
+class TraceFormatError(CodecError):
+    """A trace JSON form that is not a well-formed trace, so it has no script."""
+
+
+class UnknownInstructionError(TraceFormatError):
+    """An instruction kind that the codec's table does not cover."""
+
+
+# kind: (mnemonic, parameters in script order, outputs). A parameter is "src:type[=default]":
+# src is i<n> (the n-th input), a<n> (the n-th attribute) or i* (the inputs after the fixed ones);
+# type is rv (a variable), in (any input), at (any attribute), or int/bool/str/key/thread (an
+# attribute; bools canonicalise from 1/0, the last three may be bare words). Required parameters
+# come first so that trailing defaults can be dropped; a variadic i* runs to the end of the
+# arguments, or to " ;" when an attribute after it is written. Outputs are "<prefix><count>":
+# count is a number, "*" (written >N), "#" (one per variadic input) or "a0" (attribute 0's value).
+# These are all 52 kinds that TVM 0.27 registers.
+_TABLE = {
+    "GetSBlock": ("get", "a0:str a1:str=main", "b1"),
+    "GetLoops": ("loops", "i0:rv", "l*"),
+    "GetChildBlocks": ("children", "i0:rv", "b*"),
+    "GetProducers": ("producers", "i0:rv", "b*"),
+    "GetConsumers": ("consumers", "i0:rv", "b*"),
+    "GetOutputBlocks": ("output_blocks", "i0:rv", "b*"),
+    "SamplePerfectTile": ("tile", "i0:rv a1:int=64 a0:int=decision_length", "va0"),
+    "SamplePartitionedTile": ("ptile", "i0:rv a1:int a2:int a0:int=decision_length", "va0"),
+    "SampleCategorical": ("cat", "a0:at a1:at=uniform", "v1"),
+    "SampleComputeLocation": ("loc", "i0:rv", "l1"),
+    "Split": ("split", "i0:rv i*:in a0:bool=true a1:bool=false", "l#"),
+    "LoopPartition": ("partition", "i0:rv i*:in a0:int=1", "l#"),
+    "Fuse": ("fuse", "i*:rv a0:int=1", "l1"),
+    "Merge": ("merge", "i*:rv", "l1"),
+    "Reorder": ("reorder", "i*:rv", "_0"),
+    "AddUnitLoop": ("unit_loop", "i0:rv", "l1"),
+    "Parallel": ("par", "i0:rv", "_0"),
+    "Vectorize": ("vec", "i0:rv", "_0"),
+    "Unroll": ("unroll", "i0:rv", "_0"),
+    "Bind": ("bind", "i0:rv a0:thread", "_0"),
+    "Annotate": ("ann", "i0:rv a0:key i1:in", "_0"),
+    "Unannotate": ("unann", "i0:rv a0:key", "_0"),
+    "CacheRead": ("cache_read", "i0:rv a0:int a1:str i1:in=[]", "b1"),
+    "CacheWrite": ("cache_write", "i0:rv a0:int a1:str i1:in=[]", "b1"),
+    "CacheInplace": ("cache_inplace", "i0:rv a0:int a1:str", "b*"),
+    "CacheIndex": ("cache_index", "i0:rv a0:str a1:int", "b*"),
+    "ReindexCacheRead": ("reindex_read", "i0:rv i1:in a0:int a1:str", "b1"),
+    "ReindexCacheWrite": ("reindex_write", "i0:rv i1:in a0:int a1:str", "b1"),
+    "ReIndex": ("reindex", "i0:rv a0:int a1:int", "b1"),
+    "ReadAt": ("read_at", "i0:rv i1:rv a0:int a1:str", "b1"),
+    "WriteAt": ("write_at", "i0:rv i1:rv a0:int a1:str", "b1"),
+    "SetScope": ("set_scope", "i0:rv a0:int a1:str", "_0"),
+    "StorageAlign": ("align", "i0:rv a0:int a1:int a2:int a3:int", "_0"),
+    "UnsafeSetDType": ("set_dtype", "i0:rv a0:int a1:str", "_0"),
+    "ComputeAt": ("at", "i0:rv i1:rv a0:int=1 a1:int=-1", "_0"),
+    "ReverseComputeAt": ("rev_at", "i0:rv i1:rv a0:int=1 a1:int=-1", "_0"),
+    "ComputeInline": ("inline", "i0:rv", "_0"),
+    "ReverseComputeInline": ("rev_inline", "i0:rv", "_0"),
+    "FuseReductionEpilogue": ("fuse_epilogue", "i0:rv i1:rv", "_0"),
+    "DecomposeReduction": ("decompose", "i0:rv i1:rv", "b1"),
+    "DecomposePadding": ("decompose_padding", "i0:rv i1:rv", "b1"),
+    "RFactor": ("rfactor", "i0:rv a0:int", "b1"),
+    "Blockize": ("blockize", "i0:in a0:bool=true", "b1"),
+    "Tensorize": ("tensorize", "i0:rv a0:str a1:bool=true", "_0"),
+    "TransformLayout": ("layout", "i0:rv i1:in a0:int a1:int a2:at=None a3:bool=true", "_0"),
+    "TransformBlockLayout": ("block_layout", "i0:rv a0:at", "_0"),
+    "PadEinsum": ("pad_einsum", "i0:rv a0:at", "_0"),
+    "RollingBuffer": ("rolling_buffer", "i0:rv a0:int", "_0"),
+    "ReorderBlockIterVar": ("reorder_iters", "i0:rv i1:in", "_0"),
+    "AnnotateBufferAccess": ("ann_access", "i0:rv i1:in i2:in i3:in", "_0"),
+    "UnsafeHideBufferAccess": ("hide_access", "i0:rv i1:in i2:in", "_0"),
+    "EnterPostproc": ("postproc", "", "_0"),
+}
+# Defaults computed from the rest of the line (None: not derivable, so the value must be written).
+_DERIVED = {
+    "decision_length": lambda values, decision: len(decision) if isinstance(decision, list) else None,
+    "uniform": lambda values, decision: [1.0 / len(values[0])] * len(values[0])
+    if isinstance(values[0], list) and values[0] else None,
+}
+# Short spellings for two attribute types: the annotation keys MetaSchedule writes (s_tir/stmt.h)
+# and `bind`'s thread axes. There a bare word is an alias or else the string itself, so a string
+# spelled like an alias is quoted.
+_ALIASES = {
+    "key": {
+        "tiling": "meta_schedule.tiling_structure", "coop_fetch": "meta_schedule.cooperative_fetch",
+        "thread_lo": "meta_schedule.thread_extent_low_inclusive",
+        "thread_hi": "meta_schedule.thread_extent_high_inclusive",
+        "random_producer": "meta_schedule.random_compute_producer", "parallel": "meta_schedule.parallel",
+        "vectorize": "meta_schedule.vectorize", "unroll": "meta_schedule.unroll_explicit",
+        "unroll_implicit": "meta_schedule.unroll_implicit", "auto_tensorize": "meta_schedule.auto_tensorize",
+        "auto_tensorize_init": "meta_schedule.auto_tensorize_init", "inline_rule": "meta_schedule.inline_rule",
+        "layout_rewrite_preproc": "meta_schedule.layout_rewrite_preproc",
+        "auto_unroll": "pragma_auto_unroll_max_step", "unroll_explicit": "pragma_unroll_explicit",
+        "pipeline_stage": "software_pipeline_stage", "pipeline_order": "software_pipeline_order",
+        "pipeline_async": "software_pipeline_async_stages",
+    },
+    "thread": {f"{t[0]}{axis}": f"{t}.{axis}" for t in ("threadIdx", "blockIdx", "vthread") for axis in "xyz"},
+    "str": {},
+}
+_SPELLING = {typ: {s: alias for alias, s in table.items()} for typ, table in _ALIASES.items()}
+# MetaSchedule annotates this key with `true`, which the database file stores as 1 (TVM_FACTS 1).
+_BOOL_ANNOTATIONS = {"meta_schedule.layout_rewrite_preproc"}
+_KEYWORDS = {"None": None, "true": True, "false": False, "inf": math.inf, "nan": math.nan}
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")  # string attributes that need no quotes
+_NUMBER = re.compile(r"-?(?:inf|nan|[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)")
+_NUMBER_PREFIX = re.compile(r"-?(?:i(?:nf?)?|n(?:an?)?|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?)?\Z")
+_HEX = set("0123456789abcdef")
+_RUN_NAME = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\Z")  # a variable that can start a run
+_RUN = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\.\.\1(0|[1-9][0-9]{0,8})\Z")
+_RUN_PREFIX = re.compile(r"[A-Za-z_]+[0-9]+\.\.?[A-Za-z_]*[0-9]*\Z")
+
+
+@dataclass(frozen=True)
+class _Param:
+    src: str  # "i" (an input) or "a" (an attribute)
+    index: int | None  # None: the variadic inputs
+    type: str
+    default: object = ()  # () means required; a callable is derived from the line
+
+
+@dataclass(frozen=True)
+class _Kind:
+    name: str
+    mnemonic: str
+    params: tuple[_Param, ...]
+    prefix: str  # of the canonical output names
+    count: str
+
+    def derived_count(self, values: list) -> int | None:
+        """How many outputs a line has when it does not say so (None: it must say so)."""
+        if self.count == "*":
+            return 0
+        if self.count == "#":
+            return len(next(v for p, v in zip(self.params, values) if p.index is None))
+        if self.count == "a0":
+            n = next(v for p, v in zip(self.params, values) if (p.src, p.index) == ("a", 0))
+            return n if type(n) is int and 0 <= n <= MAX_OUTPUTS else None
+        return int(self.count)
+
+
+def _is_start(c: str) -> bool:
+    return c.isascii() and (c.isalpha() or c == "_")
+
+
+def _same(a, b) -> bool:
+    """Equality that tells True from 1 and 1 from 1.0, which `==` does not."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
+
+
+def _quote(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch in "\n\t\r":
+            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF or ch in "\u2028\u2029":
+            out.append(f"\\u{ord(ch):04x}")  # keeps each script line one printable UTF-8 line
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def to_plain(trace_or_json) -> list:
+    """The canonical plain-Python JSON form `[insts, decisions]` of a Trace or of its JSON.
+
+    The canonicalisation makes a database record agree with the live trace, and changes nothing
+    TVM can tell apart: bool attributes (and the bool annotation above) that the database file
+    writes as 1/0 become bools; an index map's JSON graph, which the database indents everywhere,
+    is compact in inputs and indented in attributes, as `Trace.as_json` writes it; a null input
+    becomes "None" (TVM reads both as None); decisions are sorted by instruction index.
+    """
+    raw = trace_or_json.as_json(remove_postproc=False) if hasattr(trace_or_json, "as_json") else trace_or_json
+    plain = _plain(raw)
+    if not (isinstance(plain, list) and len(plain) == 2 and all(isinstance(p, list) for p in plain)):
+        raise TraceFormatError("a trace's JSON form is [instructions, decisions]")
+    insts, decisions = plain
+    for i, inst in enumerate(insts):
+        if not (isinstance(inst, list) and len(inst) == 4 and isinstance(inst[0], str)
+                and all(isinstance(part, list) for part in inst[1:])):
+            raise TraceFormatError(f"instruction {i} is not [kind, inputs, attrs, outputs]")
+        kind, inputs, attrs, _ = inst
+        inst[1] = inputs = _canonical_inputs(inputs)
+        for p in _KINDS[kind].params if kind in _KINDS else ():
+            if p.src == "a" and p.index < len(attrs) and p.type == "bool" and _is_bit(attrs[p.index]):
+                attrs[p.index] = bool(attrs[p.index])
+            elif p.src == "a" and p.index < len(attrs) and p.type == "at":
+                attrs[p.index] = _canonical_graph(attrs[p.index], indent=2)
+        if kind == "Annotate" and len(inputs) == 2 and attrs and isinstance(attrs[0], str) \
+                and attrs[0] in _BOOL_ANNOTATIONS and _is_bit(inputs[1]):
+            inputs[1] = bool(inputs[1])
+    if not all(isinstance(d, list) and len(d) == 2 and type(d[0]) is int for d in decisions):
+        raise TraceFormatError("each decision is [instruction index, value]")
+    decisions.sort(key=lambda d: d[0])
+    return [insts, decisions]
+
+
+def _plain(o):
+    if o is None or isinstance(o, (bool, int, float)):
+        return o
+    if isinstance(o, str):
+        return str(o)
+    if isinstance(o, Mapping):
+        return {_plain(k): _plain(v) for k, v in o.items()}
+    if isinstance(o, Sequence) and not isinstance(o, (bytes, bytearray)):
+        return [_plain(v) for v in o]
+    from tvm.tirx import FloatImm, IntImm
+
+    if isinstance(o, IntImm):
+        return bool(o.value) if o.ty.dtype == "bool" else int(o.value)
+    if isinstance(o, FloatImm):
+        return float(o.value)
+    raise TraceFormatError(f"cannot convert {type(o).__name__} to plain JSON")
+
+
+def _is_bit(v) -> bool:
+    return type(v) is int and v in (0, 1)
+
+
+def _canonical_inputs(inputs: list) -> list:
+    return ["None" if v is None else _canonical_inputs(v) if isinstance(v, list) else _canonical_graph(v, None)
+            for v in inputs]
+
+
+def _canonical_graph(v, indent: int | None):
+    """An index map's JSON graph laid out as `Trace.as_json` lays it out; anything else unchanged."""
+    if not (isinstance(v, str) and v[:1] == "{" and v[-1:] == "}"):
+        return v
+    try:
+        graph = json.loads(v)
+    except (ValueError, RecursionError):
+        return v
+    if not (isinstance(graph, dict) and "root_index" in graph and "nodes" in graph):
+        return v
+    return json.dumps(graph, indent=indent, separators=None if indent else (",", ":"), ensure_ascii=False)
+
+
+def encode(trace) -> str:
+    """The script of a Trace (or of its JSON form); raises TraceFormatError if it has none."""
+    insts, decisions = to_plain(trace)
+    by_index = {}
+    for index, value in decisions:
+        if not 0 <= index < len(insts) or index in by_index:
+            raise TraceFormatError(f"decision for instruction {index} is out of range or repeated")
+        by_index[index] = value
+    defined, lines, start = set(), [], 0
+    for i, (name, inputs, attrs, outputs) in enumerate(insts):
+        if name not in _KINDS:
+            raise UnknownInstructionError(f"instruction {i}: unknown instruction kind {name!r}")
+        try:
+            lines.append(_encode_line(_KINDS[name], inputs, attrs, outputs, by_index.get(i, ()), defined, start))
+        except TraceFormatError as e:
+            raise TraceFormatError(f"instruction {i} ({name}): {e}") from None
+        defined.update(outputs)
+        start += len(outputs)  # TVM numbers every output by how many came before it
+    return "\n".join(lines)
+
+
+def _encode_line(kind: _Kind, inputs, attrs, outputs, decision, defined: set, start: int) -> str:
+    fixed = sum(p.src == "i" and p.index is not None for p in kind.params)
+    n_attrs = sum(p.src == "a" for p in kind.params)
+    variadic = any(p.index is None for p in kind.params)
+    if len(inputs) < fixed or (len(inputs) > fixed and not variadic) or len(attrs) != n_attrs:
+        raise TraceFormatError(f"expected {fixed} inputs and {n_attrs} attributes")
+    if not all(isinstance(o, str) for o in outputs):
+        raise TraceFormatError("output names must be strings")
+    values = [inputs[fixed:] if p.index is None else (inputs if p.src == "i" else attrs)[p.index]
+              for p in kind.params]
+    keep = len(values)
+    while keep and _is_default(kind.params[keep - 1], values[keep - 1], values, decision):
+        keep -= 1
+    words = [kind.mnemonic]
+    for k, (p, v) in enumerate(zip(kind.params[:keep], values)):
+        if p.index is None:
+            words += _fmt_runs(v, p.type, defined) + ([";"] if k + 1 < keep else [])
+        else:
+            words.append(_fmt(v, p.src, p.type, defined))
+    if decision != ():
+        words.append("=" + _fmt(decision, "a", "at", defined))
+    if outputs != [f"{kind.prefix}{start + j}" for j in range(len(outputs))]:
+        words.append(">" + " ".join(_fmt_name(o) for o in outputs))
+    elif len(outputs) != kind.derived_count(values):
+        words.append(f">{len(outputs)}")
+    return " ".join(words)
+
+
+def _is_default(p: _Param, v, values: list, decision) -> bool:
+    if callable(p.default):
+        derived = p.default(values, decision)
+        return derived is not None and _same(v, derived)
+    return p.default != () and _same(v, p.default)
+
+
+def _fmt_runs(values: list, typ: str, defined: set) -> list[str]:
+    """Variadic inputs; three or more variables numbered one apart are written as a run `l4..l7`."""
+    words, i = [], 0
+    while i < len(values):
+        m = isinstance(values[i], str) and values[i] in defined and _RUN_NAME.match(values[i])
+        j = i
+        while m and j + 1 < len(values) and values[j + 1] == f"{m[1]}{int(m[2]) + j + 1 - i}" \
+                and values[j + 1] in defined:
+            j += 1
+        words.append(f"{values[i]}..{values[j]}" if j >= i + 2 else _fmt(values[i], "i", typ, defined))
+        i = j + 1 if j >= i + 2 else i + 1
+    return words
+
+
+def _fmt_name(name: str) -> str:
+    return name if _IDENT.match(name) and name not in _KEYWORDS else "$" + _quote(name)
+
+
+def _fmt(v, ctx: str, typ: str, defined: set) -> str:
+    """One value. In ctx "i" (inputs) a string is a variable, "None", '"literal"' or an index map."""
+    if typ == "rv" and not (isinstance(v, str) and v in defined):
+        raise TraceFormatError(f"expected a defined variable, got {v!r}")
+    if v is None or isinstance(v, bool):
+        return "None" if v is None else "true" if v else "false"
+    if isinstance(v, int):
+        if not _INT64[0] <= v <= _INT64[1]:
+            raise TraceFormatError(f"integer {v} does not fit in 64 bits")
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ",".join(_fmt(x, ctx, "in" if ctx == "i" else "at", defined) for x in v) + "]"
+    if not isinstance(v, str):
+        raise TraceFormatError(f"cannot write a {type(v).__name__} value")
+    if v[:1] == "{" and v[-1:] == "}" and (ctx == "i" or typ == "at"):  # how TVM tells an index map
+        return _imap_text(v, ctx)
+    if ctx == "a":
+        word = _SPELLING.get(typ, {}).get(v, v)
+        bare = typ in _ALIASES and _BARE.match(word) and word not in _KEYWORDS and _ALIASES[typ].get(word, word) == v
+        return word if bare else _quote(v)
+    if v == "None":
+        return "None"
+    if len(v) >= 2 and v[0] == v[-1] == '"':
+        return _quote(v[1:-1])
+    if v not in defined:
+        raise TraceFormatError(f"uses undefined variable {v!r}")
+    return _fmt_name(v)
+
+
+def decode(text: str) -> list:
+    """The plain JSON form `[insts, decisions]` of a script; raises ScriptSyntaxError."""
+    return _Parser(text).run()
+
+
+def check_prefix(text: str) -> None:
+    """Raise ScriptSyntaxError unless `text` can still be continued into a valid script."""
+    _Parser(text, prefix=True).run()
+
+
+def apply(script_or_plain, mod, *, seed: int = 1):
+    """A fresh `Schedule(mod)` with a script (or a plain JSON form, or a Trace) replayed on it."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    plain = decode(script_or_plain) if isinstance(script_or_plain, str) else to_plain(script_or_plain)
+    sch = Schedule(mod, seed=seed)
+    Trace.apply_json_to_schedule(plain, sch)
+    return sch
+
+
+class _Incomplete(Exception):
+    """The open last line of a prefix ended where more text would still be valid."""
+
+
+class _Parser:
+    """Recursive descent over one line at a time; every choice is made on the next character.
+
+    In prefix mode the last line is open: running out of it where more text could follow is not
+    an error (`_Incomplete` ends the parse), and a word cut off there only has to begin some valid
+    word. Everything before the cut is checked as strictly as in a full script.
+    """
+
+    def __init__(self, text: str, prefix: bool = False):
+        if not isinstance(text, str):
+            raise ScriptSyntaxError(f"a script is text, not {type(text).__name__}", 1, 1)
+        if len(text) > MAX_SCRIPT_CHARS:
+            raise ScriptSyntaxError(f"script is longer than {MAX_SCRIPT_CHARS} characters", 1, 1)
+        self.lines = text.split("\n")
+        if not prefix and self.lines[-1] == "":  # a final newline is allowed
+            self.lines.pop()
+        self.prefix, self.line, self.pos, self.lineno, self.open_end = prefix, text, 0, 1, False
+        self.defined, self.outputs, self.free, self.labels, self.scope = set(), 0, {}, {}, {}
+
+    def run(self) -> list:
+        insts, decisions = [], []
+        for n, line in enumerate(self.lines):
+            self.line, self.pos, self.lineno = line, 0, n + 1
+            self.open_end = self.prefix and n == len(self.lines) - 1
+            try:
+                inst, decision = self._instruction()
+            except _Incomplete:
+                break
+            if decision != ():
+                decisions.append([len(insts), decision])
+            insts.append(inst)
+        return [insts, decisions]
+
+    def _error(self, message: str, pos: int | None = None):
+        raise ScriptSyntaxError(message, self.lineno, (self.pos if pos is None else pos) + 1)
+
+    def _peek(self) -> str:
+        return self.line[self.pos:self.pos + 1]
+
+    def _missing(self, expected: str):
+        """The line ended where `expected` must follow: fine in an open prefix, else an error."""
+        if self.open_end:
+            raise _Incomplete
+        self._error(f"expected {expected}, found end of line")
+
+    def _fail(self, expected: str, start: int | None = None):
+        """`expected` is not what comes next (or nothing comes next)."""
+        if self._peek() == "":
+            self._missing(expected)
+        self._error(f"expected {expected}, found {self._peek()!r}", start)
+
+    def _fail_item(self, expected: str):
+        """`expected` should have been the next item, after a ' '."""
+        if self._peek() == "":
+            self._missing(expected)
+        self._error(f"expected {expected}, found {self.line[self.pos + 1:self.pos + 2]!r}", self.pos + 1)
+
+    def _expect(self, ch: str, expected: str):
+        if self._peek() != ch:
+            self._fail(expected)
+        self.pos += 1
+
+    def _word(self, extra: str = "_") -> str:
+        start = self.pos
+        while self._peek() and (_is_start(self._peek()) or self._peek().isdigit() or self._peek() in extra):
+            self.pos += 1
+        return self.line[start:self.pos]
+
+    def _unknown(self, message: str, word: str, start: int, candidates):
+        """A word that names nothing, unless the open prefix can still grow into a candidate."""
+        if self.open_end and self.pos == len(self.line) and any(c.startswith(word) for c in candidates):
+            raise _Incomplete
+        self._error(f"{message} {word[:40] + ('...' if len(word) > 40 else '')!r}", start)
+
+    def _next_item(self, expected: str) -> str:
+        """After a ' ', the first character of the next item; '' at the end of the line."""
+        if self._peek() == "":
+            return ""
+        if self._peek() != " ":
+            self._error(f"expected ' ' or end of line, found {self._peek()!r}")
+        if self.pos + 1 == len(self.line):
+            self.pos += 1
+            self._missing(expected)
+        return self.line[self.pos + 1]
+
+    def _instruction(self):
+        if self._peek() == "":
+            self._missing("an instruction") if self.open_end else self._error("empty line; expected an instruction")
+        start, word = self.pos, self._word()
+        kind = _MNEMONICS.get(word)
+        if kind is None:
+            self._unknown("unknown instruction", word, start, _MNEMONICS)
+        values = self._arguments(kind)
+        decision, names = (), None
+        if self._next_item("'=' or '>'") == "=":
+            self.pos += 2
+            decision = self._value("a", "at", 0)
+        for i, v in enumerate(values):
+            if callable(v):
+                values[i] = v(values, decision)
+                if values[i] is None:
+                    self._fail_item(f"a decision, or parameter {i + 1} of {kind.mnemonic}")
+        count = kind.derived_count(values)
+        if self._next_item("'>'") == ">":
+            self.pos += 2
+            count, names = self._outputs()
+        if self._next_item("end of line") != "":
+            self._error(f"expected end of line, found {self.line[self.pos + 1]!r}", self.pos + 1)
+        if names is None:
+            if count is None:
+                self._missing(f"'>N' (the number of outputs of this {kind.mnemonic})")
+            names = [f"{kind.prefix}{self.outputs + j}" for j in range(count)]
+        self.outputs += len(names)
+        self.defined.update(names)
+        by_index = sorted((p.src, p.index, k) for k, p in enumerate(kind.params) if p.index is not None)
+        inputs = [values[k] for src, _, k in by_index if src == "i"]
+        inputs += next((v for p, v in zip(kind.params, values) if p.index is None), [])
+        return [kind.name, inputs, [values[k] for src, _, k in by_index if src == "a"], names], decision
+
+    def _arguments(self, kind: _Kind) -> list:
+        """One value per parameter: written, default, or (callable) derived from the line."""
+        values, params = [], list(kind.params)
+        expected = f"an argument of {kind.mnemonic}, '=' or '>'"
+        while params:
+            c = self._next_item(expected)
+            if c in ("", "=", ">"):
+                break
+            p = params.pop(0)
+            if p.index is not None:
+                self.pos += 1
+                values.append(self._value(p.src, p.type, 0))
+                continue
+            items = []
+            while c not in ("", "=", ">", ";"):
+                self.pos += 1
+                items += self._run(p.type)
+                c = self._next_item(expected)
+            values.append(items)
+            if c != ";":
+                break  # no ';': the attributes after a variadic input keep their defaults
+            if not params:
+                self._error("';' separates variadic inputs from the attributes after them", self.pos + 1)
+            self.pos += 2
+            if self._next_item("an attribute after ';'") in ("", "=", ">"):
+                self._fail_item("an attribute after ';'")
+        for p in params:
+            if p.default == ():
+                self._fail_item(f"an argument ({p.type}) of {kind.mnemonic}")
+            values.append(p.default if callable(p.default) else json.loads(json.dumps(p.default)))  # a copy
+        return values
+
+    def _run(self, typ: str) -> list:
+        """One variadic input, or a run `l4..l7` of defined variables numbered one apart."""
+        start = self.pos
+        word = self._word("_.") if _is_start(self._peek()) else ""
+        m = _RUN.match(word)
+        if m is None:
+            if self.open_end and self.pos == len(self.line) and _RUN_PREFIX.match(word):
+                raise _Incomplete
+            self.pos = start
+            return [self._value("i", typ, 0)]
+        lo, hi = int(m[2]), int(m[3])
+        names = [f"{m[1]}{n}" for n in range(lo, hi + 1)] if lo < hi <= lo + MAX_OUTPUTS else []
+        undefined = next((n for n in names if n not in self.defined), None)
+        if not names or undefined:
+            longer = [d for d in self.defined if d.startswith(m[1] + m[3]) and d != m[1] + m[3]]
+            if self.open_end and self.pos == len(self.line) and longer:  # l1..l1 may become l1..l12
+                raise _Incomplete
+            self._error(f"variable used before it is defined: {undefined!r}" if names
+                        else "a run of variables counts up, as in l4..l7", start)
+        return names
+
+    def _outputs(self):
+        if self._peek().isdigit():
+            start, n = self.pos, self._number()
+            if type(n) is not int or n > MAX_OUTPUTS:
+                self._error(f"an output count is an integer up to {MAX_OUTPUTS}", start)
+            return n, None
+        names = [self._name()]
+        while self._peek() == " ":
+            self.pos += 1
+            names.append(self._name())
+        return None, names
+
+    def _name(self) -> str:
+        if self._peek() == "$":
+            self.pos += 1
+            return self._string()
+        start, word = self.pos, self._word()
+        if not _IDENT.match(word) or word in _KEYWORDS:
+            self.pos = start
+            self._fail("a variable name")
+        return word
+
+    def _value(self, ctx: str, typ: str, depth: int):
+        """One value. In inputs (ctx "i") strings come back as TVM stores them: names, "None", '"s"'."""
+        if depth > MAX_DEPTH:
+            self._error("values nested too deeply")
+        c, start = self._peek(), self.pos
+        if typ == "rv" and not (c == "$" or _is_start(c)):
+            self._fail("a variable")
+        if c == '"':
+            s = self._string()
+            return '"' + s + '"' if ctx == "i" else s
+        if c == "[":
+            self.pos += 1
+            items = []
+            while self._peek() != "]":
+                if items:
+                    self._expect(",", "',' or ']'")
+                items.append(self._value(ctx, "in" if ctx == "i" else "at", depth + 1))
+            self.pos += 1
+            return items
+        if c == "{":
+            return self._imap(pretty=ctx == "a")
+        if c == "-" or c.isdigit():
+            return self._number()
+        if c == "$" and ctx == "i":
+            self.pos += 1
+            return self._reference(self._string(), start)
+        if _is_start(c):
+            word = self._word("_.")
+            if word in _KEYWORDS and typ != "rv":
+                return "None" if word == "None" and ctx == "i" else _KEYWORDS[word]
+            if typ in _ALIASES:
+                return _ALIASES[typ].get(word, word)
+            if ctx == "i" and "." not in word:
+                return self._reference(word, start)
+            self._unknown("expected a value, found", word, start, _KEYWORDS)
+        self._fail("a value")
+
+    def _reference(self, name: str, start: int) -> str:
+        if name not in self.defined:
+            self._unknown("variable used before it is defined:", name, start, self.defined | set(_KEYWORDS))
+        return name
+
+    def _number(self):
+        start = self.pos
+        m = _NUMBER.match(self.line, start)
+        end = m.end() if m else start
+        if end == start or _is_start(self.line[end:end + 1]) or self.line[end:end + 1] == ".":
+            if self.open_end and _NUMBER_PREFIX.match(self.line, start):
+                raise _Incomplete
+            self._error(f"malformed number {self.line[start:end + 1]!r}", start)
+        self.pos, text = end, m.group(0)
+        if m.group(1) or m.group(2) or text.lstrip("-") in ("inf", "nan"):
+            return float(text)
+        if len(text) > 20 or not _INT64[0] <= int(text) <= _INT64[1]:  # no int() of a huge literal
+            self._error(f"integer {text[:24]!r} does not fit in 64 bits", start)
+        return int(text)
+
+    def _string(self) -> str:
+        self._expect('"', "'\"'")
+        out = []
+        while (c := self._peek()) != '"':
+            if c == "":
+                self._missing("a closing '\"'")
+            if c < " " or c == "\x7f":
+                self._error("control character in a string; write it as \\uxxxx")
+            self.pos += 1
+            if c != "\\":
+                out.append(c)
+                continue
+            e, hex4 = self._peek(), self.line[self.pos + 1:self.pos + 5]
+            if e in ('"', "\\", "n", "t", "r"):
+                out.append({"n": "\n", "t": "\t", "r": "\r"}.get(e, e))
+            elif e == "u" and len(hex4) == 4 and set(hex4) <= _HEX:
+                out.append(chr(int(hex4, 16)))
+                self.pos += 4
+            elif e == "" or (e == "u" and self.pos + 1 + len(hex4) == len(self.line) and set(hex4) <= _HEX):
+                self._missing("the rest of an escape")
+            else:
+                self._error("unknown escape; expected one of \\\" \\\\ \\n \\t \\r \\uxxxx (lower-case hex)")
+            self.pos += 1
+        self.pos += 1
+        return "".join(out)
+
+    # Index maps. TVM embeds each as an ffi JSON graph: nodes in post-order, objects shared by
+    # identity, strings and ints by value. The readable form `{i,j->i//16,j%16}` keeps identity:
+    # a name is the map's own variable or else one free variable per name (a sampled tile size),
+    # and a shared sub-expression is labelled where it first appears (`16@1`), then cited (`@1`).
+
+    def _imap(self, pretty: bool) -> str:
+        """`{binders->exprs[|inverse]}`, or verbatim `{"graph"}`; returns TVM's JSON graph string."""
+        self._expect("{", "'{'")
+        if self._peek() == '"':
+            start, graph = self.pos, self._string()
+            if not (graph[:1] == "{" and graph[-1:] == "}"):
+                self._error("a verbatim index map is a JSON object", start)
+        else:
+            self.free, self.labels = {}, {}
+            graph = _graph_json(self._map(0), pretty)
+        self._expect("}", "'}'")
+        return graph
+
+    def _map(self, depth: int) -> _Obj:
+        binders = {}
+        while self._peek() != "-":
+            if binders:
+                self._expect(",", "',' or '->'")
+            start, name = self.pos, self._ident("a variable")
+            if name in binders:
+                self._error(f"variable {name} is declared twice", start)
+            binders[name] = _Obj("ir.Var", self._dtype("int32"), name)
+        self._expect("-", "'->'")
+        self._expect(">", "'->'")
+        self.scope, final = binders, []
+        if self._peek() not in ("|", "}"):
+            final.append(self._expr(depth + 1, 1))
+            while self._peek() == ",":
+                self.pos += 1
+                final.append(self._expr(depth + 1, 1))
+        inverse = None
+        if self._peek() == "|":
+            self.pos += 1
+            inverse = self._map(depth + 1)
+        arrays = (_Obj("ffi.Array", None, list(binders.values())), _Obj("ffi.Array", None, final))
+        return _Obj("tirx.IndexMap", None, (*arrays, inverse))
+
+    def _ident(self, expected: str) -> str:
+        start, word = self.pos, self._word()
+        if not word or word[0].isdigit():
+            self.pos = start
+            self._fail(expected)
+        return word
+
+    def _dtype(self, default: str | None) -> str | None:
+        if self._peek() != ":":
+            return default
+        self.pos += 1
+        return self._ident("a dtype")
+
+    def _expr(self, depth: int, min_prec: int) -> _Obj:
+        """Precedence climbing; every operator is left-associative, as in Python."""
+        if depth > MAX_DEPTH:
+            self._error("index-map expression nested too deeply")
+        left = self._labelled(depth)
+        while True:
+            op = "//" if self.line.startswith("//", self.pos) else self._peek()
+            if op == "/":
+                self.pos += 1
+                self._fail("'//'")
+            if op not in _OPS or _OPS[op][1] < min_prec:
+                return left
+            self.pos += len(op)
+            typ, prec = _OPS[op]
+            left = _Obj(typ, left.dtype, (left, self._expr(depth + 1, prec + 1)))
+
+    def _labelled(self, depth: int) -> _Obj:
+        if self._peek() == "@":
+            self.pos += 1
+            start, k = self.pos, self._label()
+            return self.labels[k] if k in self.labels else self._error(f"label @{k} is not defined", start)
+        obj = self._atom(depth)
+        if self._peek() == "@":
+            self.pos += 1
+            start, k = self.pos, self._label()
+            if k in self.labels:
+                self._error(f"label @{k} is defined twice", start)
+            self.labels[k] = obj
+        return obj
+
+    def _label(self) -> int:
+        start = self.pos
+        n = self._number() if self._peek().isdigit() else self._fail("a label number")
+        return n if type(n) is int else self._error("a label is an integer", start)
+
+    def _atom(self, depth: int) -> _Obj:
+        c = self._peek()
+        if c == "(":
+            self.pos += 1
+            inner = self._expr(depth + 1, 1)
+            self._expect(")", "')'")
+            return inner
+        if c == "-" or c.isdigit():
+            value = self._number()
+            typ = "ir.IntImm" if type(value) is int else "ir.FloatImm"
+            return _Obj(typ, self._dtype("int32" if typ == "ir.IntImm" else "float32"), value)
+        start, name = self.pos, self._ident("an expression")
+        if name in _CALL_TYPES and self._peek() == "(":
+            self.pos += 1
+            a = self._expr(depth + 1, 1)
+            self._expect(",", "','")
+            b = self._expr(depth + 1, 1)
+            self._expect(")", "')'")
+            return _Obj(_CALL_TYPES[name], a.dtype, (a, b))
+        dtype = self._dtype(None)
+        if name in self.scope:
+            return self.scope[name] if dtype is None else self._error("a bound variable's dtype is in its binder", start)
+        var = self.free.setdefault(name, _Obj("ir.Var", dtype or "int32", name))
+        return var if dtype in (None, var.dtype) else self._error(f"free variable {name} has dtype {var.dtype}", start)
+
+
+_INFIX = {"prim.Add": ("+", 1), "prim.Sub": ("-", 1), "prim.Mul": ("*", 2), "prim.FloorDiv": ("//", 2),
+          "prim.FloorMod": ("%", 2)}
+_OPS = {op: (typ, prec) for typ, (op, prec) in _INFIX.items()}
+_CALLS = {"prim.Min": "min", "prim.Max": "max", "prim.Div": "truncdiv", "prim.Mod": "truncmod"}
+_CALL_TYPES = {name: typ for typ, name in _CALLS.items()}
+
+
+class _Obj:
+    """An object of an index map being read; Python identity stands for TVM object identity."""
+
+    __slots__ = ("type", "dtype", "data")
+
+    def __init__(self, typ: str, dtype: str | None, data):
+        self.type, self.dtype, self.data = typ, dtype, data
+
+
+def _graph_json(root: _Obj, pretty: bool) -> str:
+    """The ffi JSON graph TVM writes for `root`: post-order nodes, shared as TVM shares them."""
+    nodes, memo = [], {}
+
+    def emit(key, make) -> int:
+        if key not in memo:
+            node = make()  # children first
+            memo[key] = len(nodes)
+            nodes.append(node)
+        return memo[key]
+
+    def ref(o) -> int:
+        if o is None:
+            return emit(("None",), lambda: {"type": "None"})
+        if isinstance(o, str):
+            return emit(("str", o), lambda: {"type": "ffi.String", "data": o})
+        if isinstance(o, int):
+            return emit(("int", o), lambda: {"type": "int", "data": o})
+        return emit(id(o), lambda: {"type": o.type, "data": fields(o)})
+
+    def fields(o: _Obj):
+        if o.type == "ffi.Array":
+            return [ref(x) for x in o.data]
+        if o.type == "tirx.IndexMap":
+            return dict(zip(("initial_indices", "final_indices", "inverse_index_map"), map(ref, o.data)))
+        head = {"span": ref(None), "ty": emit(("dtype", o.dtype), lambda: {
+            "type": "ir.PrimType", "data": {"span": ref(None), "dtype": o.dtype}})}
+        if o.type == "ir.Var":
+            return {**head, "name": ref(o.data)}
+        if o.type in ("ir.IntImm", "ir.FloatImm"):  # an IntImm's value is a node, a FloatImm's inline
+            return {**head, "value": ref(o.data) if o.type == "ir.IntImm" else o.data}
+        return {**head, "a": ref(o.data[0]), "b": ref(o.data[1])}
+
+    graph = {"root_index": ref(root), "nodes": nodes, "metadata": {"tvm_version": _GRAPH_VERSION}}
+    return json.dumps(graph, indent=2 if pretty else None, separators=None if pretty else (",", ":"),
+                      ensure_ascii=False)
+
+
+class _NotReadable(Exception):
+    pass
+
+
+def _imap_text(graph: str, ctx: str) -> str:
+    """The readable form of an index map if it regenerates `graph` exactly, else the graph verbatim."""
+    try:
+        text = "{" + _ImapPrinter(json.loads(graph)).map(None) + "}"
+        parser = _Parser(text)
+        if parser._imap(pretty=ctx == "a") == graph and parser.pos == len(text):
+            return text
+    except (_NotReadable, ValueError, LookupError, TypeError, AttributeError, RecursionError):
+        pass
+    return "{" + _quote(graph) + "}"
+
+
+class _ImapPrinter:
+    """Writes a JSON graph in the readable form; `_NotReadable` (or any lookup error) if it can't."""
+
+    def __init__(self, graph: dict):
+        if list(graph) != ["root_index", "nodes", "metadata"] or graph["metadata"] != {"tvm_version": _GRAPH_VERSION}:
+            raise _NotReadable
+        self.nodes, self.root, self.labels, self.scope = graph["nodes"], graph["root_index"], {}, []
+        refs = Counter()
+        for node in self.nodes:
+            data = node.get("data")
+            refs.update(data if node["type"] == "ffi.Array" else (data["a"], data["b"])
+                        if node["type"] in _INFIX or node["type"] in _CALLS else ())
+        self.shared = {i for i, n in refs.items() if n > 1}
+
+    def node(self, i: int, typ: str):
+        if self.nodes[i]["type"] != typ:
+            raise _NotReadable
+        return self.nodes[i]["data"]
+
+    def dtype(self, ty: int, default: str) -> str:
+        dtype = self.node(ty, "ir.PrimType")["dtype"]
+        if not _IDENT.match(dtype):
+            raise _NotReadable
+        return "" if dtype == default else ":" + dtype
+
+    def name(self, var: int) -> str:
+        name = self.node(self.node(var, "ir.Var")["name"], "ffi.String")
+        if not _IDENT.match(name):
+            raise _NotReadable
+        return name
+
+    def map(self, i: int | None) -> str:
+        data = self.node(self.root if i is None else i, "tirx.IndexMap")
+        self.scope = self.node(data["initial_indices"], "ffi.Array")
+        head = ",".join(self.name(v) + self.dtype(self.nodes[v]["data"]["ty"], "int32") for v in self.scope)
+        body = ",".join(self.expr(e) for e in self.node(data["final_indices"], "ffi.Array"))
+        inverse = data["inverse_index_map"]
+        return f"{head}->{body}" + ("" if self.nodes[inverse]["type"] == "None" else "|" + self.map(inverse))
+
+    def expr(self, i: int, prec: int = 0, right: bool = False) -> str:
+        if i in self.labels:
+            return f"@{self.labels[i]}"
+        typ, data = self.nodes[i]["type"], self.nodes[i].get("data")
+        if typ == "ir.Var":
+            return self.name(i) + ("" if i in self.scope else self.dtype(data["ty"], "int32"))
+        own = 3  # precedence of an atom
+        if typ == "ir.IntImm":
+            text = str(self.node(data["value"], "int")) + self.dtype(data["ty"], "int32")
+        elif typ == "ir.FloatImm" and isinstance(data["value"], float) and math.isfinite(data["value"]):
+            text = repr(data["value"]) + self.dtype(data["ty"], "float32")
+        elif typ in _INFIX:
+            op, own = _INFIX[typ]
+            text = self.expr(data["a"], own) + op + self.expr(data["b"], own, True)
+        elif typ in _CALLS:
+            text = f"{_CALLS[typ]}({self.expr(data['a'])},{self.expr(data['b'])})"
+        else:
+            raise _NotReadable
+        if i in self.shared:
+            self.labels[i] = len(self.labels) + 1
+            text, own = (text if own == 3 else f"({text})") + f"@{self.labels[i]}", 3
+        return f"({text})" if own < prec or (own == prec and right) else text
+
+
+def _kinds():
+    kinds = {}
+    for name, (mnemonic, spec, outputs) in _TABLE.items():
+        params = []
+        for item in spec.split():
+            head, _, default = item.partition("=")
+            src, typ = head.split(":")
+            value = () if not default else _DERIVED.get(default) or _Parser(default)._value(src[0], typ, 0)
+            params.append(_Param(src[0], None if src[1] == "*" else int(src[1:]), typ, value))
+        kinds[name] = _Kind(name, mnemonic, tuple(params), outputs[0], outputs[1:])
+    return kinds, {k.mnemonic: k for k in kinds.values()}
+
+
+_KINDS, _MNEMONICS = _kinds()
+MNEMONICS = {name: kind.mnemonic for name, kind in _KINDS.items()}  # every kind a script can hold
