@@ -140,12 +140,12 @@ def _workload_of(mod: tvm.IRModule, origin: str) -> Workload:
     """A Workload for a module found in someone's database: family `imported`."""
     func = mod["main"]
     args = ArgInfo.from_prim_func(func)
-    shapes = [list(int(d) for d in a.shape) for a in args]
+    signature = ", ".join(f"{a.dtype}[{','.join(str(int(d)) for d in a.shape)}]" for a in args)
     dtype = str(args[0].dtype) if args else "float32"
     try:
         flops = int(tvm.s_tir.analysis.estimate_tir_flops(mod))
     except Exception:  # estimation is best effort: some TIR has no countable flops
         flops = 0
     key = str(tvm_ffi.structural_hash(mod))
-    return Workload(name=f"{origin}/{key[:10]}", family="imported", params={"shapes": shapes},
+    return Workload(name=f"{origin}/{key[:10]}", family="imported", params={"args": signature},
                     dtype=dtype, flops=flops, mod=mod)

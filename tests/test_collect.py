@@ -1,0 +1,202 @@
+"""Collection on real MetaSchedule search: every candidate kept, resume after kill -9,
+timeouts kept apart from failures, the RPC runner on loopback, and the CLI's errors."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dragonlab.cli import main
+from dragonlab.collect import CollectConfig, collect, shard
+from dragonlab.measure import MeasureConfig, RunnerUnavailableError, check_tracker
+from dragonlab.records import OK, TIMEOUT, RecordStore
+from dragonlab.targets import get_target
+from dragonlab.workloads import suite
+
+QUICK = {w.family: w for w in suite("quick")}
+CLI = [sys.executable, "-m", "dragonlab.cli"]
+
+
+@pytest.fixture(scope="session")
+def collected(tmp_path_factory):
+    """Two quick workloads, 8 trials each in rounds of 4, measured for real."""
+    root = tmp_path_factory.mktemp("collected")
+    workloads = [QUICK["matmul"], QUICK["softmax"]]
+    summary = collect(workloads, get_target("cpu"), RecordStore(root, create=True),
+                      CollectConfig(trials=8, trials_per_round=4), progress=False)
+    return root, workloads, summary
+
+
+def test_collect_keeps_every_measured_candidate(collected):
+    root, workloads, summary = collected
+    store = RecordStore(root)
+    assert summary.failed_workloads == [] and summary.measured == 16
+    for w in workloads:
+        recs = store.records(workload=w.key)
+        assert len(recs) == 8, w.name
+        assert sorted(r.trial for r in recs) == list(range(8))
+        assert {r.round for r in recs} == {0, 1}
+        for r in recs:
+            assert r.status == OK and len(r.latencies) == 3 and all(0 < s < 1 for s in r.latencies)
+            kinds = [inst[0] for inst in r.trace[0]]
+            assert "EnterPostproc" in kinds  # the full trace, post-processing included
+    assert store.done() == {(w.key, "cpu"): 8 for w in workloads}
+    assert set(store.workloads()) == {w.key for w in workloads}
+
+
+def test_finished_workloads_are_skipped_on_rerun(collected):
+    root, workloads, _ = collected
+    before = (root / "records.jsonl").read_bytes()
+    summary = collect(workloads, get_target("cpu"), RecordStore(root),
+                      CollectConfig(trials=8, trials_per_round=4), progress=False)
+    assert summary.skipped == 2 and summary.measured == 0
+    assert (root / "records.jsonl").read_bytes() == before
+
+
+def test_collect_resumes_after_kill_without_loss_or_duplicates(tmp_path):
+    names = f"{QUICK['matmul'].name},{QUICK['reduce_row'].name}"
+    cmd = CLI + ["collect", "--suite", "quick", "--only", names, "--trials", "8", "--per-round", "4",
+                 "--out", str(tmp_path)]
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = tmp_path / "records.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records.exists() and records.read_bytes().count(b"\n") >= 4:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "collection ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)  # the collector and its build workers, mid-run
+    proc.wait()
+    before = records.read_bytes()
+    kept = before[: before.rfind(b"\n") + 1]
+    assert kept.count(b"\n") >= 4
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    after = records.read_bytes()
+    assert after.startswith(kept), "records written before the kill were lost or rewritten"
+    lines = [json.loads(x) for x in after.splitlines()]
+    identities = [(x["workload"], x["target"], json.dumps(x["trace"])) for x in lines]
+    assert len(identities) == len(set(identities)), "duplicate records after resume"
+    store = RecordStore(tmp_path)
+    for name in names.split(","):
+        key = next(w.key for w in suite("quick") if w.name == name)
+        recs = store.records(workload=key)
+        assert len(recs) == 8 and all(r.status == OK for r in recs)
+        assert sorted(r.trial for r in recs) == list(range(8))
+
+
+def test_timeouts_are_retried_and_never_stored_as_failures(tmp_path):
+    config = CollectConfig(trials=2, trials_per_round=2,
+                           measure=MeasureConfig(build_timeout_sec=0.01, retries=1))
+    summary = collect([QUICK["elementwise_fusion"]], get_target("cpu"), RecordStore(tmp_path, create=True),
+                      config, progress=False)
+    recs = RecordStore(tmp_path).records()
+    assert recs and all(r.status == TIMEOUT and r.latencies is None for r in recs)
+    assert summary.timeouts == len(recs)
+
+
+def test_shards_split_workloads_deterministically_and_disjointly():
+    workloads = suite("quick")
+    parts = [shard(workloads, f"{i}/3") for i in range(3)]
+    keys = [w.key for part in parts for w in part]
+    assert sorted(keys) == sorted(w.key for w in workloads) and len(keys) == len(set(keys))
+    assert [w.key for w in shard(workloads, "1/3")] == [w.key for w in parts[1]]
+    with pytest.raises(ValueError, match="I/N"):
+        shard(workloads, "3/3")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def rpc_tracker():
+    """A tracker and one CPU server on loopback; both process groups are killed afterwards."""
+    port = _free_port()
+    server_port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host=127.0.0.1",
+                               f"--port={port}", f"--port-end={port + 1}"], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tvm.exec.rpc_server", f"--tracker=127.0.0.1:{port}", "--key=loopcpu",
+             "--host=127.0.0.1", f"--port={server_port}", f"--port-end={server_port + 1}"],
+            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        while time.monotonic() < deadline:
+            try:
+                check_tracker("127.0.0.1", port, "loopcpu", timeout_sec=2)
+                break
+            except RunnerUnavailableError:
+                time.sleep(0.5)
+        yield port
+    finally:
+        for p in procs:  # a server's popen worker child holds the port: kill the whole group
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def test_collect_through_the_rpc_tracker_on_loopback(rpc_tracker, tmp_path):
+    config = CollectConfig(trials=4, trials_per_round=4, runner="rpc", tracker=f"127.0.0.1:{rpc_tracker}",
+                           key="loopcpu")
+    summary = collect([QUICK["softmax"]], get_target("cpu"), RecordStore(tmp_path, create=True), config,
+                      progress=False)
+    recs = RecordStore(tmp_path).records()
+    assert summary.failed_workloads == []
+    assert len(recs) == 4 and all(r.status == OK and len(r.latencies) == 3 for r in recs)
+
+
+def test_rpc_key_without_server_fails_fast(rpc_tracker):
+    start = time.monotonic()
+    with pytest.raises(RunnerUnavailableError, match="no server for key 'nosuchkey'"):
+        check_tracker("127.0.0.1", rpc_tracker, "nosuchkey")
+    with pytest.raises(RunnerUnavailableError, match="no RPC tracker"):
+        check_tracker("127.0.0.1", _free_port(), "loopcpu", timeout_sec=2)
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trials", "0"], "--trials must be positive"),
+    (["--shard", "2/2"], "--shard must be I/N"),
+    (["--target", "tpu"], "unknown target 'tpu'"),
+    (["--only", "nosuch"], "'nosuch' is not a workload of suite 'quick'"),
+    (["--suite", "huge"], "unknown suite 'huge'"),
+])
+def test_collect_rejects_bad_parameters_with_one_clear_error(tmp_path, capsys, args, message):
+    out = tmp_path / "store"
+    assert main(["collect", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dragonlab: error:") and message in err[0]
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_stats_on_a_corrupt_store_names_file_and_line(collected, tmp_path, capsys):
+    root, _, _ = collected
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    lines = (root / "records.jsonl").read_text().splitlines()
+    (bad / "records.jsonl").write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    before = (bad / "records.jsonl").read_bytes()
+    assert main(["records", "stats", str(bad)]) == 2
+    assert "records.jsonl:2: not JSON" in capsys.readouterr().err
+    assert (bad / "records.jsonl").read_bytes() == before
