@@ -74,6 +74,41 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(run=_records_stats)
     rec.set_defaults(run=lambda a: rec.print_help() or 2)
 
+    c = sub.add_parser("evaluate", help="evaluate every record of record stores or MetaSchedule databases")
+    c.add_argument("--db", nargs="+", type=Path, required=True, help="record stores or database directories")
+    c.add_argument("--target", default="cpu")
+    c.add_argument("--workers", type=int, default=None, help="worker processes (default: physical cores)")
+    c.add_argument("--checks", type=int, default=3, help="random input sets per correctness check")
+    c.add_argument("--no-time", action="store_true", help="check correctness only")
+    c.add_argument("--out", type=Path, default=None, help="write the evaluations as JSON lines (new file)")
+    c.set_defaults(run=_evaluate)
+
+    c = sub.add_parser("fuzz", help="feed broken and adversarial scripts to the evaluator")
+    c.add_argument("--n", type=int, default=200, help="number of mutated scripts")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--target", default="cpu")
+    c.add_argument("--workers", type=int, default=None)
+    c.set_defaults(run=_fuzz)
+
+    cod = sub.add_parser("codec", help="check the script codec on records; show a record in every form")
+    csub = cod.add_subparsers(title="codec commands", metavar="ACTION")
+    c = csub.add_parser("check", help="round-trip every trace through its script and replay both on the workload",
+                        description="Encode every trace, decode it, compare it with the stored trace, and replay "
+                                    "both on the record's workload (structural_equal). Lists the records that are "
+                                    "not exact with their first difference; ends with 'exact: N/N, chars vs "
+                                    "as_python: X.XXx, vs json: Y.YYx'. Exit status 1 if any record is not exact.")
+    c.add_argument("paths", nargs="+", type=Path, help="record stores or MetaSchedule databases")
+    c.set_defaults(run=_codec_check)
+    c = csub.add_parser("show", help="one record: its script beside as_python, then its scheduled TIR",
+                        description="Print one record as its script and as Trace.as_python() side by side (one row "
+                                    "per instruction), then the scheduled TIR (sch.mod.script()).")
+    c.add_argument("path", type=Path, help="a record store or MetaSchedule database")
+    which = c.add_mutually_exclusive_group()
+    which.add_argument("--index", type=int, default=None, help="the K-th record, counting from 0 (default 0)")
+    which.add_argument("--workload", default=None, help="the first record of the workload with this name or key")
+    c.set_defaults(run=_codec_show)
+    cod.set_defaults(run=lambda a: cod.print_help() or 2)
+
     c = sub.add_parser("demo", help="the quick end-to-end pipeline on the CPU")
     c.add_argument("--out", type=Path, default=Path("runs/demo"))
     c.add_argument("--trials", type=int, default=16)
@@ -186,16 +221,9 @@ def _records_merge(args) -> int:
 
 
 def _records_stats(args) -> int:
-    from dragonlab.msdb import load
     from dragonlab.records import STATUSES, stats
 
-    workloads, records = {}, []
-    for p in args.paths:
-        if not p.exists():
-            raise FileNotFoundError(f"{p} does not exist")
-        ws, rs = load(p)
-        workloads.update(ws)
-        records.extend(rs)
+    workloads, records = _load_all(args.paths)
     print(format_stats(stats(workloads, records), STATUSES))
     return 0
 
@@ -218,6 +246,127 @@ def format_stats(s, statuses) -> str:
     lines.append(f"total: {total} records, {len(s.rows)} workload/target pairs, "
                  + ", ".join(f"{st} {s.totals.get(st, 0)}" for st in statuses))
     return "\n".join(lines)
+
+
+def _evaluate(args) -> int:
+    import json
+
+    from dragonlab.evaluate import STAGES, EvalConfig, Evaluator, evaluate_records
+    from dragonlab.msdb import load
+
+    _positive("--checks", args.checks)
+    if args.workers is not None:
+        _positive("--workers", args.workers)
+    if args.out and args.out.exists():
+        raise FileExistsError(f"{args.out} exists; choose a new file")
+    workloads, records = {}, []
+    for p in args.db:
+        if not p.exists():
+            raise FileNotFoundError(f"{p} does not exist")
+        ws, rs = load(p)
+        workloads.update(ws)
+        records.extend(rs)
+    config = EvalConfig(workers=args.workers, checks=args.checks, time=not args.no_time)
+    with Evaluator(args.target, config) as evaluator:
+        result = evaluate_records(evaluator, workloads, records)
+    if args.out:
+        args.out.write_text("".join(json.dumps(e.to_json()) + "\n" for e in result.evaluations))
+    print("stopped at: " + ", ".join(f"{s} {result.stages.get(s, 0)}" for s in STAGES)
+          + f"; ok {result.stages.get('ok', 0)}")
+    ratio = f"{result.latency_ratio:.2f}" if result.latency_ratio is not None else "n/a"
+    print(f"correct: {result.correct}/{result.total}, latency vs recorded (median ratio): {ratio}")
+    return 0
+
+
+def _fuzz(args) -> int:
+    import psutil
+
+    from dragonlab.evaluate import STAGES, EvalConfig, Evaluator
+    from dragonlab.fuzz import fuzz, sample_scripts
+    from dragonlab.targets import get_target
+    from dragonlab.workloads import suite
+
+    _positive("--n", args.n)
+    target = get_target(args.target)
+    quick = {w.family: w for w in reversed(suite("quick"))}  # first of each family
+    bases = sample_scripts([quick[f] for f in ("matmul", "conv2d_nchw", "softmax", "reduce_row")],
+                           target, per_workload=4, seed=args.seed)
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    with Evaluator(target, EvalConfig(workers=args.workers, time=False, timeout_sec=30)) as evaluator:
+        report = fuzz(args.n, args.seed, evaluator, bases)
+    time.sleep(0.5)
+    leaked = [p for p in me.children(recursive=True) if p.pid not in before and p.is_running()
+              and p.status() != psutil.STATUS_ZOMBIE]
+    report.leaked_workers = len(leaked)
+    columns = [*STAGES, "ok"]
+    print(f"{'mutation':20s} " + " ".join(f"{c:>8s}" for c in columns))
+    for name, counts in sorted(report.by_mutation.items()):
+        print(f"{name:20s} " + " ".join(f"{counts.get(c, 0):8d}" for c in columns))
+    print(f"{'all':20s} " + " ".join(f"{report.stages.get(c, 0):8d}" for c in columns))
+    print(f"evaluated: {report.evaluated}, host crashes: {report.host_crashes}, "
+          f"leaked workers: {report.leaked_workers}")
+    return 0 if report.host_crashes == 0 and report.leaked_workers == 0 else 1
+
+
+def _load_all(paths: list[Path]) -> tuple[dict, list]:
+    from dragonlab.msdb import load
+
+    workloads, records = {}, []
+    for p in paths:
+        if not p.exists():
+            raise FileNotFoundError(f"{p} does not exist")
+        ws, rs = load(p)
+        workloads.update(ws)
+        records.extend(rs)
+    return workloads, records
+
+
+def _codec_check(args) -> int:
+    from dragonlab.codec_check import check_records
+
+    workloads, records = _load_all(args.paths)
+    if not records:
+        raise UsageError(f"no records in {', '.join(map(str, args.paths))}")
+    report = check_records(workloads, records)
+    for f in report.failures:
+        print(f"not exact: record {f.index} ({f.workload} on {f.target}): {f.difference}")
+    print(report.summary())
+    return 1 if report.failures else 0
+
+
+def _codec_show(args) -> int:
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    from dragonlab.explore import side_by_side
+
+    workloads, records = _load_all([args.path])
+    if args.workload is not None:
+        names = {key: w.name for key, w in workloads.items()}
+        index = next((i for i, r in enumerate(records) if args.workload in (r.workload, names.get(r.workload))), None)
+        if index is None:
+            raise UsageError(f"--workload: no record of workload {args.workload!r} in {args.path}")
+    else:
+        index = args.index or 0
+        if not 0 <= index < len(records):
+            raise UsageError(f"--index {index}: {args.path} has {len(records)} records (0 to {len(records) - 1})")
+    r = records[index]
+    if r.workload not in workloads:
+        raise UsageError(f"record {index}: its workload {r.workload} is not stored in {args.path}")
+    w = workloads[r.workload]
+    sch = Schedule(w.mod, seed=1)
+    try:
+        Trace.apply_json_to_schedule(r.trace, sch)
+    except Exception as e:  # TVM raises many error types for a trace that does not fit the module
+        raise UsageError(f"record {index}: its trace does not apply to its workload: "
+                         f"{str(e).strip().splitlines()[-1]}") from None
+    latency = f", {r.latency * 1e3:.4f} ms" if r.latency is not None else ""
+    print(f"record {index} of {len(records)}: {w.name} on {r.target} ({r.status}{latency})\n")
+    print(side_by_side(sch.trace))
+    print("\nscheduled TIR (sch.mod.script())")
+    print(sch.mod.script())
+    return 0
 
 
 def _demo(args) -> int:

@@ -19,18 +19,8 @@ from dragonlab.records import OK, TIMEOUT, RecordStore
 from dragonlab.targets import get_target
 from dragonlab.workloads import suite
 
-QUICK = {w.family: w for w in suite("quick")}
+QUICK = {w.family: w for w in reversed(suite("quick"))}  # first of each family
 CLI = [sys.executable, "-m", "dragonlab.cli"]
-
-
-@pytest.fixture(scope="session")
-def collected(tmp_path_factory):
-    """Two quick workloads, 8 trials each in rounds of 4, measured for real."""
-    root = tmp_path_factory.mktemp("collected")
-    workloads = [QUICK["matmul"], QUICK["softmax"]]
-    summary = collect(workloads, get_target("cpu"), RecordStore(root, create=True),
-                      CollectConfig(trials=8, trials_per_round=4), progress=False)
-    return root, workloads, summary
 
 
 def test_collect_keeps_every_measured_candidate(collected):

@@ -1,0 +1,515 @@
+"""The evaluator: what happened when a script met a workload, as one `Evaluation`.
+
+Stages, in order (an Evaluation's `stage` is the one that stopped it, or "ok"):
+
+    decode    the strict parser reads the script (in this process: it never executes text)
+    apply     the trace is replayed on a fresh schedule of the workload       (worker process)
+    validate  the target's MetaSchedule post-processors accept it; VerifyGPUCode for cuda
+    build     tvm.compile for the target
+    run       the kernel runs on fresh random inputs
+    check     every buffer matches the unscheduled kernel on `checks` input sets
+    time      latency with TVM's time_evaluator, in one timing process, one kernel at a time
+
+Everything after decode runs in worker processes with hard time and memory limits
+(`dragonlab.workers`): a SIGFPE while applying, a hanging kernel or an allocation storm becomes
+an Evaluation of the stage it happened in, never an exception in the caller.
+
+What is built is what MetaSchedule itself would build: the script's design part (before
+EnterPostproc), post-processed by the target's own post-processors, which are also the validity
+check (`VerifyGPUCode` returns False without a message, and `tvm.compile` would still succeed).
+A script must apply as written, post-processing part included; where what was built differs
+from what was written, the Evaluation lists `repairs`:
+- "decisions": TVM silently rewrote an illegal decision (a tile whose factors do not divide the
+  loop, a compute location that does not exist), found by comparing the decisions the schedule
+  took with the script's;
+- "post-processing": the written post-processing part does not give the module the target's
+  post-processors give (it was written for other decisions, or edited by hand).
+A repaired attempt may run correctly, but it is not the script the model wrote: reports count
+it both ways, and the reward charges for it. Nothing written after EnterPostproc is ever built,
+so that part cannot smuggle unsafe primitives past validation.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import uuid
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from dragonlab.codec import CodecError, decode, to_plain
+from dragonlab.measure import MeasureConfig
+from dragonlab.records import trace_text
+from dragonlab.targets import TargetSpec, get_target
+from dragonlab.workers import Limits, RemoteError, Worker, WorkerError, WorkerPool, WorkerTimeout
+from dragonlab.workloads import Workload
+
+STAGES = ("decode", "apply", "validate", "build", "run", "check", "time")
+OK = "ok"
+
+# Per-dtype tolerance: |out - ref| <= rtol * |ref| + atol * max(1, max |ref|). Scaling atol by
+# the output's magnitude matters: plain relative error is useless near zero (a correct conv2d
+# reached 0.15), and fp32 reductions reorder sums (6.7e-4 absolute on sums of magnitude ~500).
+TOLERANCES = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "float16": (2e-2, 2e-2),
+              "bfloat16": (5e-2, 5e-2)}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    workload: str  # Workload.key
+    target: str
+    stage: str  # the stage that stopped it (one of STAGES), or "ok"
+    reason: str | None = None  # one line, when it stopped
+    repairs: tuple[str, ...] = ()  # what was built differs from the script: "decisions", "post-processing"
+    latencies: tuple[float, ...] | None = None  # seconds per repeat
+    reference_latency: float | None = None  # seconds: the reference it is compared with
+    max_error: float | None = None  # worst |out - ref| / tolerance over all checks (<= 1 passes)
+    suspicious: bool = False  # speedup over the reference above the audit threshold
+
+    @property
+    def correct(self) -> bool:
+        """Numerically correct: it got through the check (timing may still have failed)."""
+        return self.stage in ("time", OK)
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.repairs)
+
+    @property
+    def exact(self) -> bool:
+        """Correct and exactly the script that was written (no decision repaired)."""
+        return self.correct and not self.repaired
+
+    @property
+    def latency(self) -> float | None:
+        return statistics.median(self.latencies) if self.latencies else None
+
+    @property
+    def speedup(self) -> float | None:
+        if self.latency and self.reference_latency:
+            return self.reference_latency / self.latency
+        return None
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["latencies"] = list(self.latencies) if self.latencies else None
+        d["repairs"] = list(self.repairs)
+        return d
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    checks: int = field(default=3, metadata={"help": "fresh random input sets compared with the reference"})
+    seed: int = field(default=0, metadata={"help": "seed of the random inputs"})
+    workers: int | None = field(default=None, metadata={"help": "worker processes; None = physical cores"})
+    timeout_sec: float = field(default=60.0, metadata={"help": "limit for apply..check of one script"})
+    memory_gb: float = field(default=8.0, metadata={"help": "address-space limit of each worker"})
+    time: bool = field(default=True, metadata={"help": "measure latency of correct kernels"})
+    measure: MeasureConfig = MeasureConfig()
+    suspicious_speedup: float = field(default=10.0, metadata={"help": "flag speedups over the reference above this"})
+    nvcc: bool = field(default=False, metadata={"help": "compile generated CUDA with nvcc (no GPU needed)"})
+    cache_size: int = field(default=100_000, metadata={"help": "evaluations remembered by (workload, target, trace)"})
+
+
+class Evaluator:
+    """Evaluates scripts on one target; reuse it: workers, references and results are cached."""
+
+    def __init__(self, target: str | TargetSpec = "cpu", config: EvalConfig = EvalConfig()):
+        import psutil
+
+        self.target = get_target(target) if isinstance(target, str) else target
+        self.config = config
+        limits = Limits(timeout_sec=config.timeout_sec, memory_bytes=int(config.memory_gb * (1 << 30)))
+        self.pool = WorkerPool(config.workers or psutil.cpu_count(logical=False) or 1, limits)
+        self.timer = Worker(Limits(timeout_sec=config.measure.run_timeout_sec, memory_bytes=limits.memory_bytes))
+        self._dir = Path(tempfile.mkdtemp(prefix="dragonlab-eval-"))
+        self._cache: OrderedDict[tuple, Evaluation] = OrderedDict()
+        self._references: dict[str, float | None] = {}
+
+    def evaluate(self, workload: Workload, script, *, reference_latency: float | None = None) -> Evaluation:
+        return self.evaluate_many([(workload, script)], reference_latencies=[reference_latency], progress=False)[0]
+
+    def evaluate_many(self, items: list[tuple[Workload, object]], *, reference_latencies: list | None = None,
+                      progress: bool = True) -> list[Evaluation]:
+        """One Evaluation per (workload, script) pair, in order. A script is text (decoded here)
+        or a trace's plain JSON form (from a record). `reference_latencies[i]`, when given, is
+        what item i's speedup is measured against; otherwise the unscheduled kernel's latency."""
+        refs = reference_latencies or [None] * len(items)
+        results: list[Evaluation | None] = [None] * len(items)
+        pending: dict[tuple, list[int]] = {}
+        plains: dict[tuple, list] = {}
+        for i, (w, script) in enumerate(items):
+            try:
+                plain = decode(script) if isinstance(script, str) else to_plain(script)
+            except CodecError as e:
+                results[i] = Evaluation(w.key, self.target.name, "decode", _one_line(e))
+                continue
+            key = (w.key, self.target.name, trace_text(plain))
+            if key in self._cache and refs[i] is None:
+                results[i] = self._cache[key]
+                continue
+            pending.setdefault(key, []).append(i)
+            plains[key] = plain
+
+        keys = list(pending)
+        bar = tqdm(total=len(keys) * (2 if self.config.time else 1), unit="eval", disable=not progress)
+        by_key = {key: items[pending[key][0]][0] for key in keys}
+        argsets = [(by_key[k].key, _module_json(by_key[k]), self.target.config, plains[k], self._job_config(),
+                    str(self._dir)) for k in keys]
+        checked = self.pool.map(check_script, argsets, on_result=lambda *_: bar.update())
+        for key, outcome in zip(keys, checked):
+            evaluation = _evaluation_of(by_key[key].key, self.target.name, outcome)
+            if evaluation.stage == "time" and self.config.time:
+                evaluation = self._time(by_key[key], evaluation, outcome["artifact"], refs[pending[key][0]])
+            elif evaluation.stage == "time":
+                evaluation = replace(evaluation, stage=OK)
+            if isinstance(outcome, dict) and outcome.get("artifact"):
+                Path(outcome["artifact"]).unlink(missing_ok=True)
+            bar.update(1 if self.config.time else 0)
+            self._remember(key, evaluation)
+            for i in pending[key]:
+                results[i] = evaluation
+        bar.close()
+        return results  # type: ignore[return-value]
+
+    def reference_latency(self, workload: Workload) -> float | None:
+        """Median latency of the unscheduled kernel, measured once per workload."""
+        if workload.key not in self._references:
+            outcome = self.pool.map(build_reference, [(workload.key, _module_json(workload), self.target.config,
+                                                       str(self._dir))])[0]
+            latency = None
+            if isinstance(outcome, str):
+                timed = self._time_artifact(outcome, workload)
+                latency = statistics.median(timed) if isinstance(timed, list) else None
+                Path(outcome).unlink(missing_ok=True)
+            self._references[workload.key] = latency
+        return self._references[workload.key]
+
+    def _time(self, w: Workload, evaluation: Evaluation, artifact: str, reference: float | None) -> Evaluation:
+        timed = self._time_artifact(artifact, w)
+        if not isinstance(timed, list):
+            return replace(evaluation, stage="time", reason=timed)
+        reference = reference if reference is not None else self.reference_latency(w)
+        evaluation = replace(evaluation, stage=OK, latencies=tuple(timed), reference_latency=reference)
+        speedup = evaluation.speedup
+        return replace(evaluation, suspicious=bool(speedup and speedup > self.config.suspicious_speedup))
+
+    def _time_artifact(self, artifact: str, w: Workload) -> list[float] | str:
+        m = self.config.measure
+        try:
+            return self.timer.call(time_kernel, artifact, _arg_specs(w), m.number, m.repeat, m.min_repeat_ms)
+        except WorkerError as e:
+            return f"timing: {e}"
+        except RemoteError as e:
+            return f"timing: {_one_line(e)}"
+
+    def _job_config(self) -> dict:
+        return {"checks": self.config.checks, "seed": self.config.seed, "nvcc": self.config.nvcc}
+
+    def _remember(self, key: tuple, evaluation: Evaluation) -> None:
+        self._cache[key] = evaluation
+        while len(self._cache) > self.config.cache_size:
+            self._cache.popitem(last=False)
+
+    def worker_pids(self) -> list[int]:
+        return self.pool.pids() + ([self.timer.pid] if self.timer.pid else [])
+
+    def close(self) -> None:
+        self.pool.close()
+        self.timer.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """Records re-evaluated: how many are correct now, and how their latency compares."""
+
+    evaluations: list[Evaluation]
+    correct: int
+    total: int
+    latency_ratio: float | None  # median of (latency now / latency recorded) over ok, correct records
+    stages: dict[str, int]
+
+
+def evaluate_records(evaluator: "Evaluator", workloads: dict[str, Workload], records: list,
+                     *, progress: bool = True) -> RecordCheck:
+    """Evaluate every record of the evaluator's target whose workload is known."""
+    from collections import Counter
+
+    from dragonlab.records import OK as RECORDED_OK
+
+    chosen = [r for r in records if r.target == evaluator.target.name and r.workload in workloads]
+    evaluations = evaluator.evaluate_many([(workloads[r.workload], r.trace) for r in chosen], progress=progress)
+    ratios = [e.latency / r.latency for r, e in zip(chosen, evaluations)
+              if r.status == RECORDED_OK and e.correct and e.latency]
+    return RecordCheck(evaluations, sum(e.correct for e in evaluations), len(evaluations),
+                       statistics.median(ratios) if ratios else None, dict(Counter(e.stage for e in evaluations)))
+
+
+def _one_line(e) -> str:
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    return (lines[-1] if lines else type(e).__name__)[:300]
+
+
+def _module_json(w: Workload) -> str:
+    import tvm
+
+    return tvm.ir.save_json(w.mod)
+
+
+def _arg_specs(w: Workload) -> list:
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return [([int(d) for d in a.shape], str(a.dtype)) for a in ArgInfo.from_prim_func(w.mod["main"])]
+
+
+def _evaluation_of(key: str, target: str, outcome) -> Evaluation:
+    if isinstance(outcome, WorkerError):
+        stage = outcome.stage or "apply"
+        kind = "timed out" if isinstance(outcome, WorkerTimeout) else "crashed"
+        return Evaluation(key, target, stage, f"worker {kind} during {stage}: {outcome}")
+    if isinstance(outcome, RemoteError):
+        return Evaluation(key, target, "apply", f"internal error: {_one_line(outcome)}")
+    return Evaluation(key, target, outcome["stage"], outcome.get("reason"), tuple(outcome.get("repairs", ())),
+                      max_error=outcome.get("max_error"))
+
+
+# ---- what runs in the worker processes ----------------------------------------------------------
+# Module-level so that worker processes import them by reference. Caches live per worker.
+
+_MODULES: dict[str, object] = {}
+_POSTPROCS: dict[str, list] = {}
+_REFERENCES: OrderedDict = OrderedDict()
+
+
+def _worker_module(key: str, mod_json: str):
+    if key not in _MODULES:
+        import tvm
+
+        _MODULES[key] = tvm.ir.load_json(mod_json)
+    return _MODULES[key]
+
+
+def _postprocs(target_config: dict) -> list:
+    """The target's default MetaSchedule post-processors, initialised for it (cached)."""
+    import json
+
+    name = json.dumps(target_config, sort_keys=True)
+    if name not in _POSTPROCS:
+        import tvm.s_tir.meta_schedule as ms
+        from tvm import te
+        from tvm.target import Target
+
+        a = te.placeholder((1,), name="a")
+        dummy = te.create_prim_func([a, te.compute((1,), lambda i: a[i], name="b")])
+        ctx = ms.TuneContext(mod=dummy, target=Target(target_config), space_generator="post-order-apply",
+                             task_name="validate")
+        _POSTPROCS[name] = list(ctx.space_generator.postprocs)
+    return _POSTPROCS[name]
+
+
+def _random_args(mod, seed: int) -> list:
+    import numpy as np
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for info in ArgInfo.from_prim_func(mod["main"]):
+        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
+        if dtype.startswith("float") or dtype == "bfloat16":
+            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
+        elif dtype == "bool":
+            out.append(rng.integers(0, 2, size=shape).astype(bool))
+        else:  # indices and masks: small non-negative values stay in range for gathers
+            out.append(rng.integers(0, 2, size=shape).astype(dtype))
+    return out
+
+
+def _run(func, arrays: list) -> list:
+    """Run on copies of `arrays` (every buffer, inputs included, starts from the same random
+    contents: a kernel that skips writing part of an output cannot match the reference)."""
+    import tvm
+
+    tensors = [tvm.runtime.tensor(a.copy()) for a in arrays]
+    func(*tensors)
+    return [t.numpy() for t in tensors]
+
+
+def _reference_outputs(key: str, mod, target, checks: int, seed: int) -> list[tuple[list, list]]:
+    cache_key = (key, str(target), checks, seed)
+    if cache_key not in _REFERENCES:
+        from dragonlab.measure import fast_build
+
+        func = fast_build(mod, target)["main"]
+        sets = []
+        for s in range(checks):
+            inputs = _random_args(mod, seed * 1000 + s)
+            sets.append((inputs, _run(func, inputs)))
+        _REFERENCES[cache_key] = sets
+        while len(_REFERENCES) > 8:
+            _REFERENCES.popitem(last=False)
+    return _REFERENCES[cache_key]
+
+
+def _compare(out, ref) -> float:
+    """Worst |out - ref| / tolerance; inf for a shape/dtype mismatch or a NaN where ref has none."""
+    import numpy as np
+
+    if out.shape != ref.shape:
+        return float("inf")
+    dtype = str(ref.dtype)
+    if dtype not in TOLERANCES:
+        return 0.0 if np.array_equal(out, ref) else float("inf")
+    rtol, atol = TOLERANCES[dtype]
+    o, r = out.astype("float64"), ref.astype("float64")
+    if not np.array_equal(np.isnan(o), np.isnan(r)):
+        return float("inf")
+    finite = ~np.isnan(r)
+    if not finite.any():
+        return 0.0
+    o, r = o[finite], r[finite]
+    scale = max(1.0, float(np.abs(r[np.isfinite(r)]).max(initial=0.0)))
+    tol = rtol * np.abs(r) + atol * scale
+    with np.errstate(invalid="ignore"):
+        err = np.where(o == r, 0.0, np.abs(o - r))  # equal infinities are a match
+    return float(np.nan_to_num((err / tol).max(), nan=float("inf")))
+
+
+def _decisions(plain: list) -> list:
+    return sorted([i, d] for i, d in plain[1])
+
+
+def check_script(key: str, mod_json: str, target_config: dict, plain: list, job: dict, artifact_dir: str,
+                 *, progress) -> dict:
+    """Apply, validate, build, run and check one trace. Returns {"stage", "reason", ...}; the
+    stage is "time" when the kernel is correct (timing happens in the timing process)."""
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+    from tvm.target import Target
+
+    from dragonlab.measure import fast_build
+
+    def stop(stage, reason, **extra):
+        return {"stage": stage, "reason": reason, **extra}
+
+    mod = _worker_module(key, mod_json)
+    target = Target(target_config)
+    insts, decisions = plain
+    cut = next((i for i, inst in enumerate(insts) if inst[0] == "EnterPostproc"), len(insts))
+    design = [insts[:cut], [d for d in decisions if d[0] < cut]]
+
+    progress("apply")
+    sch = Schedule(mod, seed=1)
+    try:
+        Trace.apply_json_to_schedule(design, sch)
+    except Exception as e:
+        return stop("apply", _one_line(e))
+    repairs = ["decisions"] if _decisions(to_plain(sch.trace)) != _decisions(design) else []
+    full = None
+    if cut < len(insts):  # the script as written, post-processing part included, must apply
+        full = Schedule(mod, seed=1)
+        try:
+            Trace.apply_json_to_schedule(plain, full)
+        except Exception as e:
+            return stop("apply", f"post-processing part: {_one_line(e)}")
+
+    progress("validate")
+    sch.enter_postproc()
+    for p in _postprocs(target_config):
+        try:
+            accepted = p.apply(sch)
+        except Exception as e:
+            return stop("validate", f"{type(p).__name__}: {_one_line(e)}", repairs=repairs)
+        if not accepted:
+            return stop("validate", f"post-processor {type(p).__name__} rejected the schedule", repairs=repairs)
+    # What gets built is what MetaSchedule would build: the design part post-processed by the
+    # target's own post-processors. A written post-processing part that differs is a repair.
+    if full is not None and not tvm_ffi.structural_equal(full.mod, sch.mod):
+        repairs.append("post-processing")
+
+    progress("build")
+    try:
+        built = fast_build(sch.mod, target)
+    except Exception as e:
+        return stop("build", _one_line(e), repairs=repairs)
+    if target.kind.name == "cuda":
+        return _cuda_source_only(built, target, job, repairs)
+    artifact = str(Path(artifact_dir) / f"{uuid.uuid4().hex}.so")
+    built.export_library(artifact)
+
+    progress("run")
+    worst = 0.0
+    reference = _reference_outputs(key, mod, target, job["checks"], job["seed"])
+    func = built["main"]
+    for s, (inputs, expected) in enumerate(reference):
+        try:
+            outputs = _run(func, inputs)
+        except Exception as e:
+            Path(artifact).unlink(missing_ok=True)
+            return stop("run", _one_line(e), repairs=repairs)
+        progress("check")
+        for j, (o, r) in enumerate(zip(outputs, expected)):
+            ratio = _compare(o, r)
+            worst = max(worst, ratio)
+            if ratio > 1.0:
+                Path(artifact).unlink(missing_ok=True)
+                return stop("check", f"argument {j} differs from the unscheduled kernel on input set {s} "
+                            f"(worst error {ratio:.3g}x the tolerance)", repairs=repairs, max_error=ratio)
+    return {"stage": "time", "reason": None, "repairs": repairs, "max_error": worst, "artifact": artifact}
+
+
+def _cuda_source_only(built, target, job: dict, repairs: list) -> dict:
+    """Without a GPU a cuda build is CUDA source only; optionally compile it with nvcc."""
+    cuda = [m for m in built.mod.imports if m.kind == "cuda"] if hasattr(built, "mod") else []
+    source = cuda[0].inspect_source() if cuda else ""
+    if job.get("nvcc") and source:
+        from tvm.contrib import nvcc
+
+        try:
+            with target:
+                nvcc.compile_cuda(source, target_format="cubin", compiler="nvcc")
+        except Exception as e:
+            return {"stage": "build", "reason": f"nvcc: {_one_line(e)}", "repairs": repairs}
+    compiled = " and compiled by nvcc" if job.get("nvcc") and source else ""
+    return {"stage": "run", "reason": f"no GPU here: built {len(source) // 1024} KB of CUDA source{compiled}; "
+            "numerics and latency need a GPU", "repairs": repairs}
+
+
+def build_reference(key: str, mod_json: str, target_config: dict, artifact_dir: str, *, progress) -> str:
+    """Export the unscheduled kernel, whose latency is the default reference."""
+    from tvm.target import Target
+
+    from dragonlab.measure import fast_build
+
+    progress("build")
+    artifact = str(Path(artifact_dir) / f"ref-{uuid.uuid4().hex}.so")
+    fast_build(_worker_module(key, mod_json), Target(target_config)).export_library(artifact)
+    return artifact
+
+
+def time_kernel(artifact: str, arg_specs: list, number: int, repeat: int, min_repeat_ms: int,
+                *, progress) -> list[float]:
+    """Seconds per call, one value per repeat, after one warm-up call, on random inputs."""
+    import numpy as np
+    import tvm
+
+    progress("time")
+    lib = tvm.runtime.load_module(artifact)
+    rng = np.random.default_rng(0)
+    args = [tvm.runtime.tensor(rng.uniform(-1, 1, size=shape).astype(dtype) if "float" in dtype
+                               else rng.integers(0, 2, size=shape).astype(dtype)) for shape, dtype in arg_specs]
+    lib["main"](*args)  # warm-up: page in code and data
+    timer = lib.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return [float(x) for x in timer(*args).results]

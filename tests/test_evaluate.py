@@ -1,0 +1,171 @@
+"""The evaluator on real records and on broken, repaired and hacked scripts; the reward."""
+
+import copy
+import re
+from dataclasses import replace
+
+import pytest
+from tvm.s_tir import Schedule
+
+from dragonlab.cli import main
+from dragonlab.codec import encode, to_plain
+from dragonlab.evaluate import OK, EvalConfig, Evaluation, Evaluator, evaluate_records
+from dragonlab.measure import MeasureConfig
+from dragonlab.records import RecordStore
+from dragonlab.reward import RewardConfig, reward
+
+FAST = EvalConfig(workers=2, measure=MeasureConfig(number=2, repeat=3, min_repeat_ms=10))
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with Evaluator("cpu", FAST) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def records(collected):
+    root, workloads, _ = collected
+    store = RecordStore(root)
+    return store.workloads(), store.records()
+
+
+def _matmul_record(records):
+    workloads, recs = records
+    return next((workloads[r.workload], r) for r in recs if workloads[r.workload].family == "matmul")
+
+
+def _first_tile(trace) -> list:
+    """The decision of the first SamplePerfectTile instruction (mutable)."""
+    insts, decisions = trace
+    return next(d for d in decisions if insts[d[0]][0] == "SamplePerfectTile")
+
+
+def test_recorded_candidates_evaluate_correct_with_recorded_latency(evaluator, records):
+    workloads, recs = records
+    result = evaluate_records(evaluator, workloads, recs, progress=False)
+    assert result.total == len(recs) == 16
+    assert result.correct == 16, [(e.stage, e.reason) for e in result.evaluations if not e.correct]
+    assert all(e.stage == OK and not e.repaired and e.max_error <= 1 for e in result.evaluations)
+    assert 0.5 < result.latency_ratio < 2.0  # within noise of what collection measured
+    assert all(e.reference_latency and e.reference_latency > 0 for e in result.evaluations)
+
+
+def test_unparseable_script_stops_at_decode(evaluator, quick):
+    e = evaluator.evaluate(quick["matmul"], "get C\nloops b0 >3\nfrobnicate l1")
+    assert e.stage == "decode" and "line 3" in e.reason and reward(e) == RewardConfig().decode
+
+
+def test_wrong_block_name_stops_at_apply(evaluator, records):
+    w, r = _matmul_record(records)
+    script = encode(r.trace).replace('get C', 'get Nope', 1)
+    e = evaluator.evaluate(w, script)
+    assert e.stage == "apply" and "Nope" in e.reason
+
+
+def test_zero_tile_factor_crash_is_an_apply_evaluation_and_the_next_one_works(evaluator, records):
+    w, r = _matmul_record(records)
+    bad = copy.deepcopy(r.trace)
+    tile = _first_tile(bad)
+    tile[1] = [tile[1][0], 0, *tile[1][2:]]
+    e = evaluator.evaluate(w, bad)
+    assert e.stage == "apply" and "SIGFPE" in e.reason
+    assert evaluator.evaluate(w, r.trace).stage == OK
+
+
+def test_repaired_decisions_are_reported_and_cost_reward(evaluator, records):
+    w, r = _matmul_record(records)
+    bad = copy.deepcopy(r.trace)
+    tile = _first_tile(bad)
+    tile[1] = [3] + [1] * (len(tile[1]) - 1)  # 3 does not divide 64: TVM rewrites it
+    e = evaluator.evaluate(w, bad)
+    assert "decisions" in e.repairs and e.correct and not e.exact
+    assert reward(e) == pytest.approx(reward(replace(e, repairs=())) - RewardConfig().repaired_penalty)
+
+
+def test_tampered_post_processing_is_a_repair_and_never_built(evaluator, records):
+    w, r = _matmul_record(records)
+    bad = copy.deepcopy(r.trace)
+    insts = bad[0]
+    post = next(i for i, inst in enumerate(insts) if inst[0] == "EnterPostproc")
+    assert post < len(insts) - 1
+    del insts[-1]  # drop the last post-processing step
+    e = evaluator.evaluate(w, bad)
+    assert e.repairs == ("post-processing",) and e.correct and not e.exact
+
+
+def test_unsafe_primitives_after_postproc_are_never_built(evaluator, records):
+    """Precision-losing hack smuggled into the post-processing part: it is not what gets built."""
+    workloads, recs = records
+    w = next(x for x in workloads.values() if x.family == "matmul")
+    r = next(r for r in recs if r.workload == w.key and any(i[0] == "CacheWrite" for i in r.trace[0]))
+    hacked = copy.deepcopy(r.trace)
+    block = next(i[3][0] for i in hacked[0] if i[0] == "GetSBlock" and i[2][0] == "C")
+    hacked[0].append(["UnsafeSetDType", [block], [0, "float16"], []])  # C now writes the fp16 cache
+    e = evaluator.evaluate(w, hacked)
+    assert e.stage == OK and e.repairs == ("post-processing",) and e.max_error <= 1
+
+
+def test_wrong_numerics_get_no_bonus(evaluator, quick):
+    """A hand-written hack: keep the accumulator in float16 to go faster."""
+    w = quick["matmul"]
+    sch = Schedule(w.mod)
+    block = sch.get_sblock("C")
+    sch.cache_write(block, 0, "global")
+    sch.unsafe_set_dtype(block, 0, "float16")
+    e = evaluator.evaluate(w, to_plain(sch.trace))
+    assert e.stage == "check" and "differs from the unscheduled kernel" in e.reason
+    assert e.latencies is None and reward(e) == RewardConfig().check
+
+
+def test_same_trace_is_evaluated_once(evaluator, records):
+    w, r = _matmul_record(records)
+    first = evaluator.evaluate(w, r.trace)
+    again = evaluator.evaluate(w, encode(r.trace))  # the same trace as text
+    assert again is first
+
+
+def test_reward_ladder_and_bonus_are_bounded():
+    config = RewardConfig()
+    ladder = [config.decode, config.apply, config.validate, config.build, config.check]
+    assert ladder == sorted(ladder)
+    ok = Evaluation("1", "cpu", OK, latencies=(1e-3,), reference_latency=1e-3)
+    assert reward(ok) == config.correct
+    fast = Evaluation("1", "cpu", OK, latencies=(1e-6,), reference_latency=1.0)
+    slow = Evaluation("1", "cpu", OK, latencies=(1.0,), reference_latency=1e-6)
+    assert reward(fast) == config.correct + config.bonus_weight
+    assert config.check < reward(slow) < reward(ok) < reward(fast)
+    with pytest.raises(ValueError, match="worst correct kernel"):
+        RewardConfig(bonus_weight=2.0)
+
+
+def test_cuda_scripts_validate_and_build_to_source_without_a_gpu(quick):
+    import tvm.s_tir.meta_schedule as ms
+
+    from dragonlab.targets import get_target
+
+    w = quick["matmul"]
+    ctx = ms.TuneContext(mod=w.mod, target=get_target("cuda-sm80").tvm(), space_generator="post-order-apply",
+                         search_strategy=ms.search_strategy.ReplayTrace(), num_threads=1, rand_state=3)
+    ctx.pre_tuning(max_trials=4, num_trials_per_iter=4, design_spaces=ctx.generate_design_space(),
+                   database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())
+    candidates = ctx.generate_measure_candidates()
+    ctx.post_tuning()
+    valid = to_plain(candidates[0].sch.trace)
+    huge = copy.deepcopy(valid)
+    for d in huge[1]:  # a thread-binding tile with 4096 threads: VerifyGPUCode must say no
+        if huge[0][d[0]][0] == "SamplePerfectTile" and len(d[1]) == 5:
+            d[1] = [1, 1, 64, 64, 1]
+            break
+    with Evaluator("cuda-sm80", EvalConfig(workers=1)) as ev:
+        good, bad = ev.evaluate_many([(w, valid), (w, huge)], progress=False)
+    assert good.stage == "run" and "no GPU here" in good.reason and "CUDA source" in good.reason
+    assert bad.stage == "validate", bad
+
+
+def test_evaluate_cli_prints_the_summary_line(collected, capsys):
+    root, _, _ = collected
+    assert main(["evaluate", "--db", str(root), "--target", "cpu", "--workers", "1", "--checks", "3"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    m = re.fullmatch(r"correct: (\d+)/(\d+), latency vs recorded \(median ratio\): (\d+\.\d\d)", last)
+    assert m and m.group(1) == m.group(2) == "16" and 0.5 < float(m.group(3)) < 2.0

@@ -1,0 +1,76 @@
+"""Worker processes: hard timeouts, crash reports with the stage, memory limits, no leaks."""
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+import worker_jobs
+from dragonlab.workers import Limits, RemoteError, Worker, WorkerCrashed, WorkerPool, WorkerTimeout
+
+
+@pytest.fixture(autouse=True)
+def importable_jobs(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+
+
+def test_a_call_returns_and_the_worker_is_reused():
+    w = Worker()
+    try:
+        assert w.call(worker_jobs.echo, 41) == 41
+        pid = w.pid
+        assert w.call(worker_jobs.echo, [1, 2]) == [1, 2] and w.pid == pid
+    finally:
+        w.close()
+
+
+def test_a_spinning_call_is_killed_at_the_deadline_and_the_worker_restarts():
+    w = Worker(Limits(timeout_sec=2))
+    try:
+        with pytest.raises(WorkerTimeout) as e:
+            w.call(worker_jobs.spin)
+        assert e.value.stage == "spinning"
+        assert w.call(worker_jobs.echo, "again") == "again"
+    finally:
+        w.close()
+
+
+def test_a_crash_names_the_signal_and_the_stage():
+    w = Worker()
+    try:
+        with pytest.raises(WorkerCrashed, match="SIGSEGV") as e:
+            w.call(worker_jobs.crash)
+        assert e.value.stage == "about to crash"
+        assert w.call(worker_jobs.echo, 1) == 1
+    finally:
+        w.close()
+
+
+def test_memory_limit_turns_an_allocation_storm_into_an_error():
+    w = Worker(Limits(memory_bytes=1 << 30))
+    try:
+        with pytest.raises(RemoteError, match="MemoryError"):
+            w.call(worker_jobs.allocate, 4)
+        assert w.call(worker_jobs.allocate, 0.01) > 0
+    finally:
+        w.close()
+
+
+def test_exceptions_come_back_as_one_message():
+    w = Worker()
+    try:
+        with pytest.raises(RemoteError, match="ValueError: bad input at line 3"):
+            w.call(worker_jobs.fail)
+    finally:
+        w.close()
+
+
+def test_pool_keeps_order_and_leaks_no_process():
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    pool = WorkerPool(2, Limits(timeout_sec=3))
+    results = pool.map(worker_jobs.sleep, [(0.2,), (0.1,), (0.0,)])
+    assert results == [0.2, 0.1, 0.0]
+    assert isinstance(pool.map(worker_jobs.crash, [()])[0], WorkerCrashed)
+    pool.close()
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before
