@@ -6,17 +6,17 @@ A trace's JSON form is `[insts, decisions]`, each instruction `[kind, inputs, at
     get C                      b0 = sch.get_sblock("C")
     loops b0 >3                l1, l2, l3 = sch.get_loops(b0)
     tile l1 =[4,4,2,8]         v4..v7 = sch.sample_perfect_tile(l1, n=4, decision=[4, 4, 2, 8])
-    split l1 v4..v7            l8..l11 = sch.split(l1, [v4, v5, v6, v7])
-    ann b0 parallel 32         sch.annotate(b0, "meta_schedule.parallel", 32)
+    split l1 v4..7             l8..l11 = sch.split(l1, [v4, v5, v6, v7])
+    ann b0 par 32              sch.annotate(b0, "meta_schedule.parallel", 32)
 
 `decode(encode(t)) == to_plain(t)` for every trace: kinds, inputs, attributes, decisions and
 output names all come back. A script leaves out only what is derivable: output names that follow
 TVM's numbering (b0, l1, v2, ...: prefix by kind, number by position), attribute defaults, and
 two attributes implied by their line (a tile's length, `cat`'s uniform probabilities); runs of
-consecutive variables are abbreviated (v4..v7), index maps written as lambdas. Decisions
-sit on their line, so decoding needs no workload. Parsing is a strict recursive descent over
-characters (never eval) that can also vet a prefix, for constrained decoding. docs/codec.md has
-the grammar, examples and measurements.
+consecutive variables are abbreviated (v4..7), index maps written as lambdas (indexmap.py).
+Decisions sit on their line, so decoding needs no workload. Parsing is a strict recursive descent
+over characters (never eval) that can also vet a prefix, for constrained decoding. docs/codec.md
+has the grammar, examples and measurements.
 """
 
 from __future__ import annotations
@@ -24,18 +24,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dragonlab import indexmap
+from dragonlab.indexmap import MAX_DEPTH
+
 MAX_SCRIPT_CHARS = 1 << 20  # real scripts are a few KB
 MAX_OUTPUTS = 1024  # per instruction; real blocks have a few dozen loops at most
-MAX_DEPTH = 32  # nesting of lists and of index-map expressions
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-# Index maps are embedded as ffi JSON graphs whose metadata names the TVM version. The readable
-# form regenerates that metadata, so a graph from another version fails the encoder's exactness
-# check and is kept verbatim.
-_GRAPH_VERSION = "0.27.0.post1"
 
 
 class CodecError(ValueError):
@@ -87,7 +84,7 @@ _TABLE = {
     "Vectorize": ("vec", "i0:rv", "_0"),
     "Unroll": ("unroll", "i0:rv", "_0"),
     "Bind": ("bind", "i0:rv a0:thread", "_0"),
-    "Annotate": ("ann", "i0:rv a0:key i1:in", "_0"),
+    "Annotate": ("ann", "i0:rv a0:key i1:in=1", "_0"),
     "Unannotate": ("unann", "i0:rv a0:key", "_0"),
     "CacheRead": ("cache_read", "i0:rv a0:int a1:str i1:in=[]", "b1"),
     "CacheWrite": ("cache_write", "i0:rv a0:int a1:str i1:in=[]", "b1"),
@@ -106,8 +103,8 @@ _TABLE = {
     "ComputeInline": ("inline", "i0:rv", "_0"),
     "ReverseComputeInline": ("rev_inline", "i0:rv", "_0"),
     "FuseReductionEpilogue": ("fuse_epilogue", "i0:rv i1:rv", "_0"),
-    "DecomposeReduction": ("decompose", "i0:rv i1:rv", "b1"),
-    "DecomposePadding": ("decompose_padding", "i0:rv i1:rv", "b1"),
+    "DecomposeReduction": ("decomp", "i0:rv i1:rv", "b1"),
+    "DecomposePadding": ("decomp_padding", "i0:rv i1:rv", "b1"),
     "RFactor": ("rfactor", "i0:rv a0:int", "b1"),
     "Blockize": ("blockize", "i0:in a0:bool=true", "b1"),
     "Tensorize": ("tensorize", "i0:rv a0:str a1:bool=true", "_0"),
@@ -131,15 +128,15 @@ _DERIVED = {
 # spelled like an alias is quoted.
 _ALIASES = {
     "key": {
-        "tiling": "meta_schedule.tiling_structure", "coop_fetch": "meta_schedule.cooperative_fetch",
+        "tiling": "meta_schedule.tiling_structure", "coop": "meta_schedule.cooperative_fetch",
         "thread_lo": "meta_schedule.thread_extent_low_inclusive",
         "thread_hi": "meta_schedule.thread_extent_high_inclusive",
-        "random_producer": "meta_schedule.random_compute_producer", "parallel": "meta_schedule.parallel",
-        "vectorize": "meta_schedule.vectorize", "unroll": "meta_schedule.unroll_explicit",
-        "unroll_implicit": "meta_schedule.unroll_implicit", "auto_tensorize": "meta_schedule.auto_tensorize",
-        "auto_tensorize_init": "meta_schedule.auto_tensorize_init", "inline_rule": "meta_schedule.inline_rule",
+        "rand_producer": "meta_schedule.random_compute_producer", "par": "meta_schedule.parallel",
+        "vec": "meta_schedule.vectorize", "unroll": "meta_schedule.unroll_explicit",
+        "unroll_implicit": "meta_schedule.unroll_implicit", "intrin": "meta_schedule.auto_tensorize",
+        "intrin_init": "meta_schedule.auto_tensorize_init", "inline_rule": "meta_schedule.inline_rule",
         "layout_rewrite_preproc": "meta_schedule.layout_rewrite_preproc",
-        "auto_unroll": "pragma_auto_unroll_max_step", "unroll_explicit": "pragma_unroll_explicit",
+        "auto_unroll": "pragma_auto_unroll_max_step", "explicit": "pragma_unroll_explicit",
         "pipeline_stage": "software_pipeline_stage", "pipeline_order": "software_pipeline_order",
         "pipeline_async": "software_pipeline_async_stages",
     },
@@ -156,8 +153,8 @@ _NUMBER = re.compile(r"-?(?:inf|nan|[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)")
 _NUMBER_PREFIX = re.compile(r"-?(?:i(?:nf?)?|n(?:an?)?|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?)?\Z")
 _HEX = set("0123456789abcdef")
 _RUN_NAME = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\Z")  # a variable that can start a run
-_RUN = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\.\.\1(0|[1-9][0-9]{0,8})\Z")
-_RUN_PREFIX = re.compile(r"[A-Za-z_]+[0-9]+\.\.?[A-Za-z_]*[0-9]*\Z")
+_RUN = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\.\.(0|[1-9][0-9]{0,8})\Z")  # l4..7
+_RUN_PREFIX = re.compile(r"[A-Za-z_]+[0-9]+\.\.?[0-9]*\Z")
 
 
 @dataclass(frozen=True)
@@ -346,7 +343,7 @@ def _is_default(p: _Param, v, values: list, decision) -> bool:
 
 
 def _fmt_runs(values: list, typ: str, defined: set) -> list[str]:
-    """Variadic inputs; three or more variables numbered one apart are written as a run `l4..l7`."""
+    """Variadic inputs; three or more variables numbered one apart are written as a run `l4..7`."""
     words, i = [], 0
     while i < len(values):
         m = isinstance(values[i], str) and values[i] in defined and _RUN_NAME.match(values[i])
@@ -354,7 +351,7 @@ def _fmt_runs(values: list, typ: str, defined: set) -> list[str]:
         while m and j + 1 < len(values) and values[j + 1] == f"{m[1]}{int(m[2]) + j + 1 - i}" \
                 and values[j + 1] in defined:
             j += 1
-        words.append(f"{values[i]}..{values[j]}" if j >= i + 2 else _fmt(values[i], "i", typ, defined))
+        words.append(f"{values[i]}..{int(m[2]) + j - i}" if j >= i + 2 else _fmt(values[i], "i", typ, defined))
         i = j + 1 if j >= i + 2 else i + 1
     return words
 
@@ -419,7 +416,7 @@ class _Incomplete(Exception):
     """The open last line of a prefix ended where more text would still be valid."""
 
 
-class _Parser:
+class _Parser(indexmap.MapReader):
     """Recursive descent over one line at a time; every choice is made on the next character.
 
     In prefix mode the last line is open: running out of it where more text could follow is not
@@ -571,7 +568,7 @@ class _Parser:
         return values
 
     def _run(self, typ: str) -> list:
-        """One variadic input, or a run `l4..l7` of defined variables numbered one apart."""
+        """One variadic input, or a run `l4..7` of defined variables numbered one apart."""
         start = self.pos
         word = self._word("_.") if _is_start(self._peek()) else ""
         m = _RUN.match(word)
@@ -585,10 +582,10 @@ class _Parser:
         undefined = next((n for n in names if n not in self.defined), None)
         if not names or undefined:
             longer = [d for d in self.defined if d.startswith(m[1] + m[3]) and d != m[1] + m[3]]
-            if self.open_end and self.pos == len(self.line) and longer:  # l1..l1 may become l1..l12
+            if self.open_end and self.pos == len(self.line) and longer:  # l1..1 may become l1..12
                 raise _Incomplete
             self._error(f"variable used before it is defined: {undefined!r}" if names
-                        else "a run of variables counts up, as in l4..l7", start)
+                        else "a run of variables counts up, as in l4..7", start)
         return names
 
     def _outputs(self):
@@ -696,253 +693,17 @@ class _Parser:
         self.pos += 1
         return "".join(out)
 
-    # Index maps. TVM embeds each as an ffi JSON graph: nodes in post-order, objects shared by
-    # identity, strings and ints by value. The readable form `{i,j->i//16,j%16}` keeps identity:
-    # a name is the map's own variable or else one free variable per name (a sampled tile size),
-    # and a shared sub-expression is labelled where it first appears (`16@1`), then cited (`@1`).
-
-    def _imap(self, pretty: bool) -> str:
-        """`{binders->exprs[|inverse]}`, or verbatim `{"graph"}`; returns TVM's JSON graph string."""
-        self._expect("{", "'{'")
-        if self._peek() == '"':
-            start, graph = self.pos, self._string()
-            if not (graph[:1] == "{" and graph[-1:] == "}"):
-                self._error("a verbatim index map is a JSON object", start)
-        else:
-            self.free, self.labels = {}, {}
-            graph = _graph_json(self._map(0), pretty)
-        self._expect("}", "'}'")
-        return graph
-
-    def _map(self, depth: int) -> _Obj:
-        binders = {}
-        while self._peek() != "-":
-            if binders:
-                self._expect(",", "',' or '->'")
-            start, name = self.pos, self._ident("a variable")
-            if name in binders:
-                self._error(f"variable {name} is declared twice", start)
-            binders[name] = _Obj("ir.Var", self._dtype("int32"), name)
-        self._expect("-", "'->'")
-        self._expect(">", "'->'")
-        self.scope, final = binders, []
-        if self._peek() not in ("|", "}"):
-            final.append(self._expr(depth + 1, 1))
-            while self._peek() == ",":
-                self.pos += 1
-                final.append(self._expr(depth + 1, 1))
-        inverse = None
-        if self._peek() == "|":
-            self.pos += 1
-            inverse = self._map(depth + 1)
-        arrays = (_Obj("ffi.Array", None, list(binders.values())), _Obj("ffi.Array", None, final))
-        return _Obj("tirx.IndexMap", None, (*arrays, inverse))
-
-    def _ident(self, expected: str) -> str:
-        start, word = self.pos, self._word()
-        if not word or word[0].isdigit():
-            self.pos = start
-            self._fail(expected)
-        return word
-
-    def _dtype(self, default: str | None) -> str | None:
-        if self._peek() != ":":
-            return default
-        self.pos += 1
-        return self._ident("a dtype")
-
-    def _expr(self, depth: int, min_prec: int) -> _Obj:
-        """Precedence climbing; every operator is left-associative, as in Python."""
-        if depth > MAX_DEPTH:
-            self._error("index-map expression nested too deeply")
-        left = self._labelled(depth)
-        while True:
-            op = "//" if self.line.startswith("//", self.pos) else self._peek()
-            if op == "/":
-                self.pos += 1
-                self._fail("'//'")
-            if op not in _OPS or _OPS[op][1] < min_prec:
-                return left
-            self.pos += len(op)
-            typ, prec = _OPS[op]
-            left = _Obj(typ, left.dtype, (left, self._expr(depth + 1, prec + 1)))
-
-    def _labelled(self, depth: int) -> _Obj:
-        if self._peek() == "@":
-            self.pos += 1
-            start, k = self.pos, self._label()
-            return self.labels[k] if k in self.labels else self._error(f"label @{k} is not defined", start)
-        obj = self._atom(depth)
-        if self._peek() == "@":
-            self.pos += 1
-            start, k = self.pos, self._label()
-            if k in self.labels:
-                self._error(f"label @{k} is defined twice", start)
-            self.labels[k] = obj
-        return obj
-
-    def _label(self) -> int:
-        start = self.pos
-        n = self._number() if self._peek().isdigit() else self._fail("a label number")
-        return n if type(n) is int else self._error("a label is an integer", start)
-
-    def _atom(self, depth: int) -> _Obj:
-        c = self._peek()
-        if c == "(":
-            self.pos += 1
-            inner = self._expr(depth + 1, 1)
-            self._expect(")", "')'")
-            return inner
-        if c == "-" or c.isdigit():
-            value = self._number()
-            typ = "ir.IntImm" if type(value) is int else "ir.FloatImm"
-            return _Obj(typ, self._dtype("int32" if typ == "ir.IntImm" else "float32"), value)
-        start, name = self.pos, self._ident("an expression")
-        if name in _CALL_TYPES and self._peek() == "(":
-            self.pos += 1
-            a = self._expr(depth + 1, 1)
-            self._expect(",", "','")
-            b = self._expr(depth + 1, 1)
-            self._expect(")", "')'")
-            return _Obj(_CALL_TYPES[name], a.dtype, (a, b))
-        dtype = self._dtype(None)
-        if name in self.scope:
-            return self.scope[name] if dtype is None else self._error("a bound variable's dtype is in its binder", start)
-        var = self.free.setdefault(name, _Obj("ir.Var", dtype or "int32", name))
-        return var if dtype in (None, var.dtype) else self._error(f"free variable {name} has dtype {var.dtype}", start)
-
-
-_INFIX = {"prim.Add": ("+", 1), "prim.Sub": ("-", 1), "prim.Mul": ("*", 2), "prim.FloorDiv": ("//", 2),
-          "prim.FloorMod": ("%", 2)}
-_OPS = {op: (typ, prec) for typ, (op, prec) in _INFIX.items()}
-_CALLS = {"prim.Min": "min", "prim.Max": "max", "prim.Div": "truncdiv", "prim.Mod": "truncmod"}
-_CALL_TYPES = {name: typ for typ, name in _CALLS.items()}
-
-
-class _Obj:
-    """An object of an index map being read; Python identity stands for TVM object identity."""
-
-    __slots__ = ("type", "dtype", "data")
-
-    def __init__(self, typ: str, dtype: str | None, data):
-        self.type, self.dtype, self.data = typ, dtype, data
-
-
-def _graph_json(root: _Obj, pretty: bool) -> str:
-    """The ffi JSON graph TVM writes for `root`: post-order nodes, shared as TVM shares them."""
-    nodes, memo = [], {}
-
-    def emit(key, make) -> int:
-        if key not in memo:
-            node = make()  # children first
-            memo[key] = len(nodes)
-            nodes.append(node)
-        return memo[key]
-
-    def ref(o) -> int:
-        if o is None:
-            return emit(("None",), lambda: {"type": "None"})
-        if isinstance(o, str):
-            return emit(("str", o), lambda: {"type": "ffi.String", "data": o})
-        if isinstance(o, int):
-            return emit(("int", o), lambda: {"type": "int", "data": o})
-        return emit(id(o), lambda: {"type": o.type, "data": fields(o)})
-
-    def fields(o: _Obj):
-        if o.type == "ffi.Array":
-            return [ref(x) for x in o.data]
-        if o.type == "tirx.IndexMap":
-            return dict(zip(("initial_indices", "final_indices", "inverse_index_map"), map(ref, o.data)))
-        head = {"span": ref(None), "ty": emit(("dtype", o.dtype), lambda: {
-            "type": "ir.PrimType", "data": {"span": ref(None), "dtype": o.dtype}})}
-        if o.type == "ir.Var":
-            return {**head, "name": ref(o.data)}
-        if o.type in ("ir.IntImm", "ir.FloatImm"):  # an IntImm's value is a node, a FloatImm's inline
-            return {**head, "value": ref(o.data) if o.type == "ir.IntImm" else o.data}
-        return {**head, "a": ref(o.data[0]), "b": ref(o.data[1])}
-
-    graph = {"root_index": ref(root), "nodes": nodes, "metadata": {"tvm_version": _GRAPH_VERSION}}
-    return json.dumps(graph, indent=2 if pretty else None, separators=None if pretty else (",", ":"),
-                      ensure_ascii=False)
-
-
-class _NotReadable(Exception):
-    pass
-
 
 def _imap_text(graph: str, ctx: str) -> str:
     """The readable form of an index map if it regenerates `graph` exactly, else the graph verbatim."""
     try:
-        text = "{" + _ImapPrinter(json.loads(graph)).map(None) + "}"
+        text = "{" + indexmap.Printer(json.loads(graph)).map(None) + "}"
         parser = _Parser(text)
         if parser._imap(pretty=ctx == "a") == graph and parser.pos == len(text):
             return text
-    except (_NotReadable, ValueError, LookupError, TypeError, AttributeError, RecursionError):
+    except (indexmap.NotReadable, ValueError, LookupError, TypeError, AttributeError, RecursionError):
         pass
     return "{" + _quote(graph) + "}"
-
-
-class _ImapPrinter:
-    """Writes a JSON graph in the readable form; `_NotReadable` (or any lookup error) if it can't."""
-
-    def __init__(self, graph: dict):
-        if list(graph) != ["root_index", "nodes", "metadata"] or graph["metadata"] != {"tvm_version": _GRAPH_VERSION}:
-            raise _NotReadable
-        self.nodes, self.root, self.labels, self.scope = graph["nodes"], graph["root_index"], {}, []
-        refs = Counter()
-        for node in self.nodes:
-            data = node.get("data")
-            refs.update(data if node["type"] == "ffi.Array" else (data["a"], data["b"])
-                        if node["type"] in _INFIX or node["type"] in _CALLS else ())
-        self.shared = {i for i, n in refs.items() if n > 1}
-
-    def node(self, i: int, typ: str):
-        if self.nodes[i]["type"] != typ:
-            raise _NotReadable
-        return self.nodes[i]["data"]
-
-    def dtype(self, ty: int, default: str) -> str:
-        dtype = self.node(ty, "ir.PrimType")["dtype"]
-        if not _IDENT.match(dtype):
-            raise _NotReadable
-        return "" if dtype == default else ":" + dtype
-
-    def name(self, var: int) -> str:
-        name = self.node(self.node(var, "ir.Var")["name"], "ffi.String")
-        if not _IDENT.match(name):
-            raise _NotReadable
-        return name
-
-    def map(self, i: int | None) -> str:
-        data = self.node(self.root if i is None else i, "tirx.IndexMap")
-        self.scope = self.node(data["initial_indices"], "ffi.Array")
-        head = ",".join(self.name(v) + self.dtype(self.nodes[v]["data"]["ty"], "int32") for v in self.scope)
-        body = ",".join(self.expr(e) for e in self.node(data["final_indices"], "ffi.Array"))
-        inverse = data["inverse_index_map"]
-        return f"{head}->{body}" + ("" if self.nodes[inverse]["type"] == "None" else "|" + self.map(inverse))
-
-    def expr(self, i: int, prec: int = 0, right: bool = False) -> str:
-        if i in self.labels:
-            return f"@{self.labels[i]}"
-        typ, data = self.nodes[i]["type"], self.nodes[i].get("data")
-        if typ == "ir.Var":
-            return self.name(i) + ("" if i in self.scope else self.dtype(data["ty"], "int32"))
-        own = 3  # precedence of an atom
-        if typ == "ir.IntImm":
-            text = str(self.node(data["value"], "int")) + self.dtype(data["ty"], "int32")
-        elif typ == "ir.FloatImm" and isinstance(data["value"], float) and math.isfinite(data["value"]):
-            text = repr(data["value"]) + self.dtype(data["ty"], "float32")
-        elif typ in _INFIX:
-            op, own = _INFIX[typ]
-            text = self.expr(data["a"], own) + op + self.expr(data["b"], own, True)
-        elif typ in _CALLS:
-            text = f"{_CALLS[typ]}({self.expr(data['a'])},{self.expr(data['b'])})"
-        else:
-            raise _NotReadable
-        if i in self.shared:
-            self.labels[i] = len(self.labels) + 1
-            text, own = (text if own == 3 else f"({text})") + f"@{self.labels[i]}", 3
-        return f"({text})" if own < prec or (own == prec and right) else text
 
 
 def _kinds():

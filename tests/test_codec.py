@@ -136,8 +136,8 @@ def test_database_records_decode_to_the_same_script(corpus, tmp_path):
 def test_scripts_are_four_times_shorter_than_as_python(corpus):
     scripts = [len(codec.encode(s.trace)) for s in corpus]
     python = [len("\n".join(s.trace.as_python(remove_postproc=False))) for s in corpus]
-    assert statistics.mean(p / c for p, c in zip(python, scripts)) >= 4.0
-    assert sum(python) / sum(scripts) >= 3.85  # long postprocessed and tensor-core traces compress least
+    assert statistics.mean(p / c for p, c in zip(python, scripts)) >= 4.2  # 4.33 measured
+    assert sum(python) / sum(scripts) >= 4.1  # 4.17: long tensor-core traces compress least
 
 
 def small_plain() -> list:

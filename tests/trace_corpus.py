@@ -15,7 +15,8 @@ import tvm
 from tvm import te, topi
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import Trace
-from tvm.target import Target
+
+from dragonlab import explore
 
 CPU = {"kind": "llvm", "num-cores": 2}
 CUDA = {"kind": "cuda", "arch": "sm_80", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
@@ -86,23 +87,14 @@ class Sample:
         return f"{self.family}-{self.target}-{self.source}-{self.index}"
 
 
-def _context(mod, target):
-    import tvm.s_tir.meta_schedule as ms
-
-    return ms.TuneContext(mod=mod, target=Target(target), space_generator="post-order-apply",
-                          search_strategy="replay-trace", task_name="main", num_threads=1, rand_state=42)
-
-
 def _postprocessed(ctx, mod, space: Schedule, seeds, want: int) -> list[Schedule]:
-    """Replay a design space without its decisions, then run the postprocessors (TVM_FACTS 2)."""
+    """Up to `want` random samples of a design space that pass the postprocessors."""
     done = []
     for seed in seeds:
         if len(done) == want:
             break
-        sch = Schedule(mod, seed=seed)
-        Trace(space.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
-        sch.enter_postproc()
-        if all(p.apply(sch) for p in ctx.space_generator.postprocs):
+        sch = explore.replay(ctx, mod, space, seed)
+        if sch is not None:
             done.append(sch)
     return done
 
@@ -116,7 +108,7 @@ def build(families=tuple(FAMILIES), targets=("llvm", "cuda"), *, posts_per_space
     if tensor_core and "cuda" in targets:
         jobs.append(("matmul_fp16_tc", "cuda", matmul(128, "float16", "float32")))
     for family, target, mod in jobs:
-        ctx = _context(mod, CPU if target == "llvm" else CUDA)
+        ctx = explore.tune_context(mod, CPU if target == "llvm" else CUDA)
         for k, space in enumerate(ctx.generate_design_space()):
             samples.append(Sample(family, target, "space", mod, space, k))
             seeds = range(seed + 1000 * k, seed + 1000 * k + tries)

@@ -1,0 +1,266 @@
+"""Index maps in scripts: TVM's embedded JSON graphs, written as lambdas and read back exactly.
+
+`TransformLayout`, `TransformBlockLayout`, `ReindexCacheRead/Write` and `AnnotateBufferAccess`
+carry an IndexMap, which a trace's JSON embeds as a tvm-ffi JSON graph (about 2 KB): nodes in
+post-order, objects shared by identity, strings and ints by value. The readable form
+`{i,j->i//16,j%16}` keeps identity: a name is the map's own variable or else one free variable per
+name (a sampled tile size), and a shared sub-expression is labelled where it first appears
+(`16@1`), then cited (`@1`). `Printer` writes a graph in this form; `MapReader` (mixed into the
+codec's parser) reads it and rebuilds the graph node by node, as TVM's serializer would. The codec
+uses the readable form only when reading it back regenerates the exact graph string.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+
+MAX_DEPTH = 32  # nesting of lists and of index-map expressions
+# The graph's metadata names the TVM version. The readable form regenerates that metadata, so a
+# graph from another version fails the codec's exactness check and is kept verbatim.
+GRAPH_VERSION = "0.27.0.post1"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INFIX = {"prim.Add": ("+", 1), "prim.Sub": ("-", 1), "prim.Mul": ("*", 2), "prim.FloorDiv": ("//", 2),
+          "prim.FloorMod": ("%", 2)}
+_OPS = {op: (typ, prec) for typ, (op, prec) in _INFIX.items()}
+_CALLS = {"prim.Min": "min", "prim.Max": "max", "prim.Div": "truncdiv", "prim.Mod": "truncmod"}
+_CALL_TYPES = {name: typ for typ, name in _CALLS.items()}
+
+
+class Obj:
+    """An object of an index map being read; Python identity stands for TVM object identity."""
+
+    __slots__ = ("type", "dtype", "data")
+
+    def __init__(self, typ: str, dtype: str | None, data):
+        self.type, self.dtype, self.data = typ, dtype, data
+
+
+class MapReader:
+    """The index-map productions of the script grammar (`imap`, `map`, `expr`, ...).
+
+    A mixin: the codec's parser supplies the reading of characters (`line`, `pos`, `_peek`,
+    `_expect`, `_fail`, `_error`, `_number`, `_string`, `_word`) and the state `free`, `labels`
+    and `scope`.
+    """
+
+    def _imap(self, pretty: bool) -> str:
+        """`{binders->exprs[|inverse]}`, or verbatim `{"graph"}`; returns TVM's JSON graph string."""
+        self._expect("{", "'{'")
+        if self._peek() == '"':
+            start, graph = self.pos, self._string()
+            if not (graph[:1] == "{" and graph[-1:] == "}"):
+                self._error("a verbatim index map is a JSON object", start)
+        else:
+            self.free, self.labels = {}, {}
+            graph = graph_json(self._map(0), pretty)
+        self._expect("}", "'}'")
+        return graph
+
+    def _map(self, depth: int) -> Obj:
+        binders = {}
+        while self._peek() != "-":
+            if binders:
+                self._expect(",", "',' or '->'")
+            start, name = self.pos, self._ident("a variable")
+            if name in binders:
+                self._error(f"variable {name} is declared twice", start)
+            binders[name] = Obj("ir.Var", self._dtype("int32"), name)
+        self._expect("-", "'->'")
+        self._expect(">", "'->'")
+        self.scope, final = binders, []
+        if self._peek() not in ("|", "}"):
+            final.append(self._expr(depth + 1, 1))
+            while self._peek() == ",":
+                self.pos += 1
+                final.append(self._expr(depth + 1, 1))
+        inverse = None
+        if self._peek() == "|":
+            self.pos += 1
+            inverse = self._map(depth + 1)
+        arrays = (Obj("ffi.Array", None, list(binders.values())), Obj("ffi.Array", None, final))
+        return Obj("tirx.IndexMap", None, (*arrays, inverse))
+
+    def _ident(self, expected: str) -> str:
+        start, word = self.pos, self._word()
+        if not word or word[0].isdigit():
+            self.pos = start
+            self._fail(expected)
+        return word
+
+    def _dtype(self, default: str | None) -> str | None:
+        if self._peek() != ":":
+            return default
+        self.pos += 1
+        return self._ident("a dtype")
+
+    def _expr(self, depth: int, min_prec: int) -> Obj:
+        """Precedence climbing; every operator is left-associative, as in Python."""
+        if depth > MAX_DEPTH:
+            self._error("index-map expression nested too deeply")
+        left = self._labelled(depth)
+        while True:
+            op = "//" if self.line.startswith("//", self.pos) else self._peek()
+            if op == "/":
+                self.pos += 1
+                self._fail("'//'")
+            if op not in _OPS or _OPS[op][1] < min_prec:
+                return left
+            self.pos += len(op)
+            typ, prec = _OPS[op]
+            left = Obj(typ, left.dtype, (left, self._expr(depth + 1, prec + 1)))
+
+    def _labelled(self, depth: int) -> Obj:
+        if self._peek() == "@":
+            self.pos += 1
+            start, k = self.pos, self._label()
+            return self.labels[k] if k in self.labels else self._error(f"label @{k} is not defined", start)
+        obj = self._atom(depth)
+        if self._peek() == "@":
+            self.pos += 1
+            start, k = self.pos, self._label()
+            if k in self.labels:
+                self._error(f"label @{k} is defined twice", start)
+            self.labels[k] = obj
+        return obj
+
+    def _label(self) -> int:
+        start = self.pos
+        n = self._number() if self._peek().isdigit() else self._fail("a label number")
+        return n if type(n) is int else self._error("a label is an integer", start)
+
+    def _atom(self, depth: int) -> Obj:
+        c = self._peek()
+        if c == "(":
+            self.pos += 1
+            inner = self._expr(depth + 1, 1)
+            self._expect(")", "')'")
+            return inner
+        if c == "-" or c.isdigit():
+            value = self._number()
+            typ = "ir.IntImm" if type(value) is int else "ir.FloatImm"
+            return Obj(typ, self._dtype("int32" if typ == "ir.IntImm" else "float32"), value)
+        start, name = self.pos, self._ident("an expression")
+        if name in _CALL_TYPES and self._peek() == "(":
+            self.pos += 1
+            a = self._expr(depth + 1, 1)
+            self._expect(",", "','")
+            b = self._expr(depth + 1, 1)
+            self._expect(")", "')'")
+            return Obj(_CALL_TYPES[name], a.dtype, (a, b))
+        dtype = self._dtype(None)
+        if name in self.scope:
+            if dtype is not None:
+                self._error("a bound variable's dtype is in its binder", start)
+            return self.scope[name]
+        var = self.free.setdefault(name, Obj("ir.Var", dtype or "int32", name))
+        return var if dtype in (None, var.dtype) else self._error(f"free variable {name} has dtype {var.dtype}", start)
+
+
+def graph_json(root: Obj, pretty: bool) -> str:
+    """The ffi JSON graph TVM writes for `root`: post-order nodes, shared as TVM shares them."""
+    nodes, memo = [], {}
+
+    def emit(key, make) -> int:
+        if key not in memo:
+            node = make()  # children first
+            memo[key] = len(nodes)
+            nodes.append(node)
+        return memo[key]
+
+    def ref(o) -> int:
+        if o is None:
+            return emit(("None",), lambda: {"type": "None"})
+        if isinstance(o, str):
+            return emit(("str", o), lambda: {"type": "ffi.String", "data": o})
+        if isinstance(o, int):
+            return emit(("int", o), lambda: {"type": "int", "data": o})
+        return emit(id(o), lambda: {"type": o.type, "data": fields(o)})
+
+    def fields(o: Obj):
+        if o.type == "ffi.Array":
+            return [ref(x) for x in o.data]
+        if o.type == "tirx.IndexMap":
+            return dict(zip(("initial_indices", "final_indices", "inverse_index_map"), map(ref, o.data)))
+        head = {"span": ref(None), "ty": emit(("dtype", o.dtype), lambda: {
+            "type": "ir.PrimType", "data": {"span": ref(None), "dtype": o.dtype}})}
+        if o.type == "ir.Var":
+            return {**head, "name": ref(o.data)}
+        if o.type in ("ir.IntImm", "ir.FloatImm"):  # an IntImm's value is a node, a FloatImm's inline
+            return {**head, "value": ref(o.data) if o.type == "ir.IntImm" else o.data}
+        return {**head, "a": ref(o.data[0]), "b": ref(o.data[1])}
+
+    graph = {"root_index": ref(root), "nodes": nodes, "metadata": {"tvm_version": GRAPH_VERSION}}
+    return json.dumps(graph, indent=2 if pretty else None, separators=None if pretty else (",", ":"),
+                      ensure_ascii=False)
+
+
+class NotReadable(Exception):
+    """A graph that the readable form cannot express (the codec then keeps it verbatim)."""
+
+
+
+
+class Printer:
+    """Writes a JSON graph in the readable form; `NotReadable` (or any lookup error) if it can't."""
+
+    def __init__(self, graph: dict):
+        if list(graph) != ["root_index", "nodes", "metadata"] or graph["metadata"] != {"tvm_version": GRAPH_VERSION}:
+            raise NotReadable
+        self.nodes, self.root, self.labels, self.scope = graph["nodes"], graph["root_index"], {}, []
+        refs = Counter()
+        for node in self.nodes:
+            data = node.get("data")
+            refs.update(data if node["type"] == "ffi.Array" else (data["a"], data["b"])
+                        if node["type"] in _INFIX or node["type"] in _CALLS else ())
+        self.shared = {i for i, n in refs.items() if n > 1}
+
+    def node(self, i: int, typ: str):
+        if self.nodes[i]["type"] != typ:
+            raise NotReadable
+        return self.nodes[i]["data"]
+
+    def dtype(self, ty: int, default: str) -> str:
+        dtype = self.node(ty, "ir.PrimType")["dtype"]
+        if not _IDENT.match(dtype):
+            raise NotReadable
+        return "" if dtype == default else ":" + dtype
+
+    def name(self, var: int) -> str:
+        name = self.node(self.node(var, "ir.Var")["name"], "ffi.String")
+        if not _IDENT.match(name):
+            raise NotReadable
+        return name
+
+    def map(self, i: int | None) -> str:
+        data = self.node(self.root if i is None else i, "tirx.IndexMap")
+        self.scope = self.node(data["initial_indices"], "ffi.Array")
+        head = ",".join(self.name(v) + self.dtype(self.nodes[v]["data"]["ty"], "int32") for v in self.scope)
+        body = ",".join(self.expr(e) for e in self.node(data["final_indices"], "ffi.Array"))
+        inverse = data["inverse_index_map"]
+        return f"{head}->{body}" + ("" if self.nodes[inverse]["type"] == "None" else "|" + self.map(inverse))
+
+    def expr(self, i: int, prec: int = 0, right: bool = False) -> str:
+        if i in self.labels:
+            return f"@{self.labels[i]}"
+        typ, data = self.nodes[i]["type"], self.nodes[i].get("data")
+        if typ == "ir.Var":
+            return self.name(i) + ("" if i in self.scope else self.dtype(data["ty"], "int32"))
+        own = 3  # precedence of an atom
+        if typ == "ir.IntImm":
+            text = str(self.node(data["value"], "int")) + self.dtype(data["ty"], "int32")
+        elif typ == "ir.FloatImm" and isinstance(data["value"], float) and math.isfinite(data["value"]):
+            text = repr(data["value"]) + self.dtype(data["ty"], "float32")
+        elif typ in _INFIX:
+            op, own = _INFIX[typ]
+            text = self.expr(data["a"], own) + op + self.expr(data["b"], own, True)
+        elif typ in _CALLS:
+            text = f"{_CALLS[typ]}({self.expr(data['a'])},{self.expr(data['b'])})"
+        else:
+            raise NotReadable
+        if i in self.shared:
+            self.labels[i] = len(self.labels) + 1
+            text, own = (text if own == 3 else f"({text})") + f"@{self.labels[i]}", 3
+        return f"({text})" if own < prec or (own == prec and right) else text
