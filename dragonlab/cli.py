@@ -8,7 +8,6 @@ is overwritten. Anything else is a bug and shows its traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -252,25 +251,19 @@ def _evaluate(args) -> int:
     import json
 
     from dragonlab.evaluate import STAGES, EvalConfig, Evaluator, evaluate_records
-    from dragonlab.msdb import load
+    from dragonlab.records import write_atomic
 
     _positive("--checks", args.checks)
     if args.workers is not None:
         _positive("--workers", args.workers)
     if args.out and args.out.exists():
         raise FileExistsError(f"{args.out} exists; choose a new file")
-    workloads, records = {}, []
-    for p in args.db:
-        if not p.exists():
-            raise FileNotFoundError(f"{p} does not exist")
-        ws, rs = load(p)
-        workloads.update(ws)
-        records.extend(rs)
+    workloads, records = _load_all(args.db)
     config = EvalConfig(workers=args.workers, checks=args.checks, time=not args.no_time)
     with Evaluator(args.target, config) as evaluator:
         result = evaluate_records(evaluator, workloads, records)
     if args.out:
-        args.out.write_text("".join(json.dumps(e.to_json()) + "\n" for e in result.evaluations))
+        write_atomic(args.out, "".join(json.dumps(e.to_json()) + "\n" for e in result.evaluations))
     print("stopped at: " + ", ".join(f"{s} {result.stages.get(s, 0)}" for s in STAGES)
           + f"; ok {result.stages.get('ok', 0)}")
     ratio = f"{result.latency_ratio:.2f}" if result.latency_ratio is not None else "n/a"
@@ -370,13 +363,21 @@ def _codec_show(args) -> int:
 
 
 def _demo(args) -> int:
-    """The quick pipeline so far: collect the quick suite on the CPU, then summarise it."""
+    """The quick pipeline so far: collect the quick suite on the CPU, summarise the records,
+    prove the codec exact on them, and re-evaluate every record through the evaluator."""
     records_dir = args.out / "records"
-    code = main(["collect", "--suite", "quick", "--target", "cpu", "--trials", str(args.trials),
-                 "--out", str(records_dir)])
-    if code:
-        return code
-    return main(["records", "stats", str(records_dir)])
+    steps = [
+        ["collect", "--suite", "quick", "--target", "cpu", "--trials", str(args.trials), "--out", str(records_dir)],
+        ["records", "stats", str(records_dir)],
+        ["codec", "check", str(records_dir)],
+        ["evaluate", "--db", str(records_dir), "--target", "cpu"],
+    ]
+    for step in steps:
+        print(f"\n$ dragonlab {' '.join(step)}", flush=True)
+        code = main(step)
+        if code:
+            return code
+    return 0
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ class CollectConfig:
     runner: str = field(default="local", metadata={"help": "'local' or 'rpc'"})
     tracker: str | None = field(default=None, metadata={"help": "HOST:PORT of the RPC tracker (rpc runner)"})
     key: str | None = field(default=None, metadata={"help": "device key registered at the tracker (rpc runner)"})
-    search_threads: int = field(default=1, metadata={"help": "threads of the evolutionary search"})
+    search_threads: int | str = field(default="physical", metadata={"help": "threads of the evolutionary search and cost model ('physical' = physical cores, as tune_tir)"})
     measure: MeasureConfig = MeasureConfig()
 
 
@@ -113,7 +113,7 @@ def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: Co
         ctx = ms.TuneContext(mod=w.mod, target=tvm_target, space_generator="post-order-apply",
                              search_strategy="evolutionary", task_name=w.name,
                              num_threads=config.search_threads, rand_state=rand_state)
-        cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=config.search_threads)
+        cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=ctx.num_threads)
         ctx.pre_tuning(max_trials=remaining, num_trials_per_iter=min(config.trials_per_round, remaining),
                        design_spaces=ctx.generate_design_space(), database=database, cost_model=cost_model)
         while remaining > 0:

@@ -42,7 +42,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from dragonlab.codec import CodecError, decode, to_plain
-from dragonlab.measure import MeasureConfig
+from dragonlab.measure import MeasureConfig, make_runner, run_bounded
 from dragonlab.records import trace_text
 from dragonlab.targets import TargetSpec, get_target
 from dragonlab.workers import Limits, RemoteError, Worker, WorkerError, WorkerPool, WorkerTimeout
@@ -113,6 +113,9 @@ class EvalConfig:
     suspicious_speedup: float = field(default=10.0, metadata={"help": "flag speedups over the reference above this"})
     nvcc: bool = field(default=False, metadata={"help": "compile generated CUDA with nvcc (no GPU needed)"})
     cache_size: int = field(default=100_000, metadata={"help": "evaluations remembered by (workload, target, trace)"})
+    runner: str = field(default="local", metadata={"help": "time on this machine ('local') or through TVM's RPC tracker ('rpc')"})
+    tracker: str | None = field(default=None, metadata={"help": "HOST:PORT of the RPC tracker"})
+    key: str | None = field(default=None, metadata={"help": "device key at the tracker"})
 
 
 class Evaluator:
@@ -124,8 +127,11 @@ class Evaluator:
         self.target = get_target(target) if isinstance(target, str) else target
         self.config = config
         limits = Limits(timeout_sec=config.timeout_sec, memory_bytes=int(config.memory_gb * (1 << 30)))
-        self.pool = WorkerPool(config.workers or psutil.cpu_count(logical=False) or 1, limits)
+        self.pool = WorkerPool(config.workers or psutil.cpu_count(logical=False) or 1, limits,
+                               setup=(prepare_worker, (self.target.config,)))
         self.timer = Worker(Limits(timeout_sec=config.measure.run_timeout_sec, memory_bytes=limits.memory_bytes))
+        self.rpc = (make_runner("rpc", config.measure, tracker=config.tracker, key=config.key)
+                    if config.runner == "rpc" else None)
         self._dir = Path(tempfile.mkdtemp(prefix="dragonlab-eval-"))
         self._cache: OrderedDict[tuple, Evaluation] = OrderedDict()
         self._references: dict[str, float | None] = {}
@@ -149,6 +155,10 @@ class Evaluator:
                 results[i] = Evaluation(w.key, self.target.name, "decode", _one_line(e))
                 continue
             key = (w.key, self.target.name, trace_text(plain))
+            crash = _known_crash(plain)
+            if crash:  # refused here: a worker restart costs its 20-60 s setup
+                results[i] = Evaluation(w.key, self.target.name, "apply", crash)
+                continue
             if key in self._cache and refs[i] is None:
                 results[i] = self._cache[key]
                 continue
@@ -200,6 +210,13 @@ class Evaluator:
 
     def _time_artifact(self, artifact: str, w: Workload) -> list[float] | str:
         m = self.config.measure
+        if self.rpc is not None:
+            from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+            from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+            (r,) = run_bounded(self.rpc, [RunnerInput(artifact, self.target.device_type,
+                                                      ArgInfo.from_prim_func(w.mod["main"]))], m.run_timeout_sec)
+            return [float(s) for s in r.run_secs] if r.error_msg is None else f"timing: {_one_line(r.error_msg)}"
         try:
             return self.timer.call(time_kernel, artifact, _arg_specs(w), m.number, m.repeat, m.min_repeat_ms)
         except WorkerError as e:
@@ -254,6 +271,17 @@ def evaluate_records(evaluator: "Evaluator", workloads: dict[str, Workload], rec
               if r.status == RECORDED_OK and e.correct and e.latency]
     return RecordCheck(evaluations, sum(e.correct for e in evaluations), len(evaluations),
                        statistics.median(ratios) if ratios else None, dict(Counter(e.stage for e in evaluations)))
+
+
+def _known_crash(plain: list) -> str | None:
+    """A decision that TVM turns into a process crash rather than an error: a zero tile factor
+    (SIGFPE while applying). Anything else that crashes is caught by the worker."""
+    insts, decisions = plain
+    for index, value in decisions:
+        if (0 <= index < len(insts) and insts[index][0] in ("SamplePerfectTile", "SamplePartitionedTile")
+                and isinstance(value, list) and 0 in value):
+            return f"instruction {index}: tile decision {value} has a zero factor (TVM would crash with SIGFPE)"
+    return None
 
 
 def _one_line(e) -> str:
@@ -316,6 +344,13 @@ def _postprocs(target_config: dict) -> list:
                              task_name="validate")
         _POSTPROCS[name] = list(ctx.space_generator.postprocs)
     return _POSTPROCS[name]
+
+
+def prepare_worker(target_config: dict, *, progress) -> None:
+    """A fresh worker's one-off work: TVM's tensor-intrinsic import (16-60 s) and the target's
+    post-processors, so that no script is charged for them."""
+    progress("setup")
+    _postprocs(target_config)
 
 
 def _random_args(mod, seed: int) -> list:
@@ -393,7 +428,6 @@ def check_script(key: str, mod_json: str, target_config: dict, plain: list, job:
                  *, progress) -> dict:
     """Apply, validate, build, run and check one trace. Returns {"stage", "reason", ...}; the
     stage is "time" when the kernel is correct (timing happens in the timing process)."""
-    import tvm
     import tvm_ffi
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace

@@ -128,6 +128,28 @@ def make_runner(kind: str, config: MeasureConfig, *, tracker: str | None = None,
     raise ValueError(f"unknown runner {kind!r}; use 'local' or 'rpc'")
 
 
+def run_bounded(runner, inputs: list[RunnerInput], timeout_sec: float) -> list[RunnerResult]:
+    """Run through any MetaSchedule runner, giving up on results not back in time.
+
+    The local runner has finished when run() returns; RPC futures may never finish (a key with
+    no server), so they are polled against a deadline of `timeout_sec` per input.
+    """
+    if not inputs:
+        return []
+    futures = runner.run(inputs)
+    deadline = time.monotonic() + timeout_sec * (len(inputs) + 1)
+    out = []
+    for f in futures:
+        while not f.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if f.done():
+            r = f.result()
+            out.append(RunnerResult(r.run_secs, r.error_msg))
+        else:
+            out.append(RunnerResult(None, "Runner: Timeout, no result before the deadline"))
+    return out
+
+
 class Measurer:
     """Build, then run, a batch of candidates; retries timeouts; never waits unboundedly."""
 
@@ -157,21 +179,7 @@ class Measurer:
         return results  # type: ignore[return-value]
 
     def _run(self, inputs: list[RunnerInput]) -> list[RunnerResult]:
-        if not inputs:
-            return []
-        futures = self.runner.run(inputs)
-        # The local runner has finished when run() returns; RPC futures may never finish.
-        deadline = time.monotonic() + self.config.run_timeout_sec * (len(inputs) + 1)
-        out = []
-        for f in futures:
-            while not f.done() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if f.done():
-                r = f.result()
-                out.append(RunnerResult(r.run_secs, r.error_msg))
-            else:
-                out.append(RunnerResult(None, "Runner: Timeout, no result before the deadline"))
-        return out
+        return run_bounded(self.runner, inputs, self.config.run_timeout_sec)
 
     def close(self) -> None:
         self.builder.close()

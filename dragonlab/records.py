@@ -110,6 +110,17 @@ def classify_error(message: str) -> str:
     return BUILD_ERROR if "Builder" in message else RUN_ERROR
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write a whole file or nothing: a temporary file beside it, then one rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """Yield (line number, object); a torn final line (no newline: a killed writer) is skipped."""
     with open(path, "rb") as f:

@@ -48,8 +48,9 @@ class RemoteError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    timeout_sec: float = 60.0
+    timeout_sec: float = 60.0  # one call
     memory_bytes: int | None = 8 << 30
+    setup_sec: float = 600.0  # the setup call of a fresh worker (imports can take a minute on a busy machine)
 
 
 def _serve(inbox: Connection, outbox: Connection, memory_bytes: int) -> None:
@@ -76,8 +77,11 @@ def _serve(inbox: Connection, outbox: Connection, memory_bytes: int) -> None:
 class Worker:
     """One child process; `call` runs `fn(*args, progress=...)` in it under the limits."""
 
-    def __init__(self, limits: Limits = Limits()):
+    def __init__(self, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None):
+        """`setup` runs once in each fresh process, under `limits.setup_sec`, before any call:
+        slow one-off work (imports, caches) must not eat into a call's time limit."""
         self.limits = limits
+        self.setup = setup
         self._proc: subprocess.Popen | None = None
         self._inbox = self._outbox = None
 
@@ -98,7 +102,11 @@ class Worker:
         if self._proc is None or self._proc.poll() is not None:
             self._kill()
             self._start()
-        timeout = timeout_sec or self.limits.timeout_sec
+            if self.setup:
+                self._call(self.setup[0], self.setup[1], self.limits.setup_sec)
+        return self._call(fn, args, timeout_sec or self.limits.timeout_sec)
+
+    def _call(self, fn: Callable, args: tuple, timeout: float) -> Any:
         try:
             self._outbox.send((fn, args))
         except (OSError, ValueError):
@@ -163,8 +171,8 @@ def _describe_exit(code: int | None) -> str:
 class WorkerPool:
     """`n` workers; `map` runs calls in parallel, one thread per worker, results in order."""
 
-    def __init__(self, n: int, limits: Limits = Limits()):
-        self.workers = [Worker(limits) for _ in range(max(1, n))]
+    def __init__(self, n: int, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None):
+        self.workers = [Worker(limits, setup) for _ in range(max(1, n))]
 
     def map(self, fn: Callable, argsets: list[tuple], *, timeout_sec: float | None = None,
             on_result: Callable[[int, Any], None] | None = None) -> list:

@@ -1,8 +1,17 @@
-"""Fixtures shared by the test modules: real search records, collected once per session."""
+"""Fixtures shared by the test modules: real search records, collected once per session;
+an RPC tracker with one CPU server on loopback."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
 from dragonlab.collect import CollectConfig, collect
+from dragonlab.measure import RunnerUnavailableError, check_tracker
 from dragonlab.records import RecordStore
 from dragonlab.targets import get_target
 from dragonlab.workloads import suite
@@ -22,3 +31,45 @@ def collected(tmp_path_factory, quick):
     summary = collect(workloads, get_target("cpu"), RecordStore(root, create=True),
                       CollectConfig(trials=8, trials_per_round=4), progress=False)
     return root, workloads, summary
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def rpc_tracker():
+    """A tracker and one CPU server on loopback; both process groups are killed afterwards."""
+    port = free_port()
+    server_port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host=127.0.0.1",
+                               f"--port={port}", f"--port-end={port + 1}"], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tvm.exec.rpc_server", f"--tracker=127.0.0.1:{port}", "--key=loopcpu",
+             "--host=127.0.0.1", f"--port={server_port}", f"--port-end={server_port + 1}"],
+            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        while time.monotonic() < deadline:
+            try:
+                check_tracker("127.0.0.1", port, "loopcpu", timeout_sec=2)
+                break
+            except RunnerUnavailableError:
+                time.sleep(0.5)
+        yield port
+    finally:
+        for p in procs:  # a server's popen worker child holds the port: kill the whole group
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()

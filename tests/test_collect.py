@@ -4,17 +4,17 @@ timeouts kept apart from failures, the RPC runner on loopback, and the CLI's err
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from dragonlab.cli import main
 from dragonlab.collect import CollectConfig, collect, shard
 from dragonlab.measure import MeasureConfig, RunnerUnavailableError, check_tracker
+
+from conftest import free_port
 from dragonlab.records import OK, TIMEOUT, RecordStore
 from dragonlab.targets import get_target
 from dragonlab.workloads import suite
@@ -104,48 +104,6 @@ def test_shards_split_workloads_deterministically_and_disjointly():
         shard(workloads, "3/3")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def rpc_tracker():
-    """A tracker and one CPU server on loopback; both process groups are killed afterwards."""
-    port = _free_port()
-    server_port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host=127.0.0.1",
-                               f"--port={port}", f"--port-end={port + 1}"], start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tvm.exec.rpc_server", f"--tracker=127.0.0.1:{port}", "--key=loopcpu",
-             "--host=127.0.0.1", f"--port={server_port}", f"--port-end={server_port + 1}"],
-            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        while time.monotonic() < deadline:
-            try:
-                check_tracker("127.0.0.1", port, "loopcpu", timeout_sec=2)
-                break
-            except RunnerUnavailableError:
-                time.sleep(0.5)
-        yield port
-    finally:
-        for p in procs:  # a server's popen worker child holds the port: kill the whole group
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-
-
 def test_collect_through_the_rpc_tracker_on_loopback(rpc_tracker, tmp_path):
     config = CollectConfig(trials=4, trials_per_round=4, runner="rpc", tracker=f"127.0.0.1:{rpc_tracker}",
                            key="loopcpu")
@@ -161,7 +119,7 @@ def test_rpc_key_without_server_fails_fast(rpc_tracker):
     with pytest.raises(RunnerUnavailableError, match="no server for key 'nosuchkey'"):
         check_tracker("127.0.0.1", rpc_tracker, "nosuchkey")
     with pytest.raises(RunnerUnavailableError, match="no RPC tracker"):
-        check_tracker("127.0.0.1", _free_port(), "loopcpu", timeout_sec=2)
+        check_tracker("127.0.0.1", free_port(), "loopcpu", timeout_sec=2)
     assert time.monotonic() - start < 10
 
 

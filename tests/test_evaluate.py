@@ -63,14 +63,36 @@ def test_wrong_block_name_stops_at_apply(evaluator, records):
     assert e.stage == "apply" and "Nope" in e.reason
 
 
-def test_zero_tile_factor_crash_is_an_apply_evaluation_and_the_next_one_works(evaluator, records):
+def test_zero_tile_factor_is_refused_before_it_can_crash_a_worker(evaluator, records):
     w, r = _matmul_record(records)
     bad = copy.deepcopy(r.trace)
     tile = _first_tile(bad)
     tile[1] = [tile[1][0], 0, *tile[1][2:]]
+    pids = evaluator.worker_pids()
     e = evaluator.evaluate(w, bad)
-    assert e.stage == "apply" and "SIGFPE" in e.reason
-    assert evaluator.evaluate(w, r.trace).stage == OK
+    assert e.stage == "apply" and "zero factor" in e.reason
+    assert evaluator.worker_pids() == pids
+
+
+def test_a_crash_in_a_worker_is_an_evaluation_and_the_next_one_works(records):
+    """The worker really dies (SIGFPE inside TVM) when the host check is bypassed."""
+    from dragonlab import evaluate as ev_module
+    from dragonlab.workers import Limits, Worker
+
+    w, r = _matmul_record(records)
+    bad = copy.deepcopy(r.trace)
+    tile = _first_tile(bad)
+    tile[1] = [tile[1][0], 0, *tile[1][2:]]
+    worker = Worker(Limits(timeout_sec=120))
+    try:
+        job = (w.key, ev_module._module_json(w), {"kind": "llvm", "num-cores": 1}, bad,
+               {"checks": 1, "seed": 0, "nvcc": False}, "/tmp")
+        with pytest.raises(ev_module.WorkerError, match="SIGFPE") as info:
+            worker.call(ev_module.check_script, *job)
+        assert info.value.stage == "apply"
+        assert ev_module._evaluation_of(w.key, "cpu", info.value).stage == "apply"
+    finally:
+        worker.close()
 
 
 def test_repaired_decisions_are_reported_and_cost_reward(evaluator, records):
@@ -169,3 +191,13 @@ def test_evaluate_cli_prints_the_summary_line(collected, capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     m = re.fullmatch(r"correct: (\d+)/(\d+), latency vs recorded \(median ratio\): (\d+\.\d\d)", last)
     assert m and m.group(1) == m.group(2) == "16" and 0.5 < float(m.group(3)) < 2.0
+
+
+def test_timing_through_the_rpc_tracker(rpc_tracker, records):
+    w, r = _matmul_record(records)
+    config = EvalConfig(workers=1, runner="rpc", tracker=f"127.0.0.1:{rpc_tracker}", key="loopcpu",
+                        measure=MeasureConfig(number=2, repeat=3, min_repeat_ms=10))
+    with Evaluator("cpu", config) as ev:
+        e = ev.evaluate(w, r.trace)
+    assert e.stage == OK and len(e.latencies) == 3 and e.reference_latency > 0
+    assert 0.2 < e.latency / r.latency < 5
