@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from dragonlab.codec import encode, to_plain
+from dragonlab.codec import encode
+from dragonlab.explore import sample_traces
 from dragonlab.targets import TargetSpec
 from dragonlab.workloads import Workload
 
@@ -28,19 +29,8 @@ _DECISION = re.compile(r"=(\[[^\]]*\]|-?\d+)")
 
 def sample_scripts(workloads: list[Workload], target: TargetSpec, per_workload: int, seed: int) -> list:
     """(workload, script) pairs: random post-processed samples of each design space."""
-    import tvm.s_tir.meta_schedule as ms
-
-    out = []
-    for w in workloads:
-        ctx = ms.TuneContext(mod=w.mod, target=target.tvm(), space_generator="post-order-apply",
-                             search_strategy=ms.search_strategy.ReplayTrace(), num_threads=1,
-                             rand_state=seed + 1)
-        ctx.pre_tuning(max_trials=per_workload, num_trials_per_iter=per_workload,
-                       design_spaces=ctx.generate_design_space(), database=ms.database.MemoryDatabase(),
-                       cost_model=ms.cost_model.RandomModel())
-        out += [(w, encode(to_plain(c.sch.trace))) for c in ctx.generate_measure_candidates() or []]
-        ctx.post_tuning()
-    return out
+    return [(w, encode(s.sch.trace)) for w in workloads
+            for s in sample_traces(w, target, per_workload, seed + 1)]
 
 
 def _random_bytes(rng, s):

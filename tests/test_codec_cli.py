@@ -9,6 +9,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from dragonlab import codec_check
 from dragonlab.cli import main
+from dragonlab.explore import sample_traces
 from dragonlab.msdb import import_databases
 from dragonlab.records import RecordStore
 from dragonlab.targets import get_target
@@ -26,15 +27,9 @@ def sampled_db(tmp_path_factory):
     db = ms.database.JSONDatabase(work_dir=str(work))
     for family, target_name, n in (("matmul", "cpu", 5), ("softmax", "cuda-sm80", 3)):
         w, target = QUICK[family], get_target(target_name).tvm()
-        ctx = ms.TuneContext(mod=w.mod, target=target, space_generator="post-order-apply",
-                             search_strategy=ms.search_strategy.ReplayTrace(), num_threads=1, rand_state=7)
-        ctx.pre_tuning(max_trials=n, num_trials_per_iter=n, design_spaces=ctx.generate_design_space(),
-                       database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())
-        candidates = ctx.generate_measure_candidates()
-        ctx.post_tuning()
         token = db.commit_workload(w.mod)
-        for c in candidates:
-            db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, token, None, target,
+        for s in sample_traces(w, target_name, n=n, seed=7):
+            db.commit_tuning_record(ms.database.TuningRecord(s.sch.trace, token, None, target,
                                                              ArgInfo.from_prim_func(w.mod["main"])))
     assert len((work / "database_tuning_record.json").read_text().splitlines()) == 8
     return work

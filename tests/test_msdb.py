@@ -6,6 +6,7 @@ import tvm.s_tir.meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from dragonlab.cli import main
+from dragonlab.explore import sample_traces
 from dragonlab.measure import fast_build
 from dragonlab.msdb import export_database, import_databases, read_database
 from dragonlab.records import FAILED, OK, UNMEASURED, RecordStore
@@ -33,17 +34,13 @@ def cuda_sampled_db(tmp_path_factory):
     work = tmp_path_factory.mktemp("cuda_db")
     w = QUICK["matmul"]
     target = get_target("cuda-sm80").tvm()
-    ctx = ms.TuneContext(mod=w.mod, target=target, space_generator="post-order-apply",
-                         search_strategy=ms.search_strategy.ReplayTrace(), num_threads=1, rand_state=7)
+    samples = sample_traces(w, "cuda-sm80", n=6, seed=7)
     db = ms.database.JSONDatabase(work_dir=str(work))
-    ctx.pre_tuning(max_trials=6, num_trials_per_iter=6, design_spaces=ctx.generate_design_space(),
-                   database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())
-    candidates = ctx.generate_measure_candidates()
-    ctx.post_tuning()
     token = db.commit_workload(w.mod)
-    for c in candidates:
-        db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, token, None, target,
+    for s in samples:
+        db.commit_tuning_record(ms.database.TuningRecord(s.sch.trace, token, None, target,
                                                          ArgInfo.from_prim_func(w.mod["main"])))
+    candidates = samples
     return work, len(candidates)
 
 
