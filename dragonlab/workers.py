@@ -43,7 +43,12 @@ class WorkerCrashed(WorkerError):
 
 
 class RemoteError(Exception):
-    """The call raised; the message is the remote exception's type and text."""
+    """The call raised; the message is the remote exception's type and text, `.stage` the last
+    progress the call reported."""
+
+    def __init__(self, message: str, stage: str | None = None):
+        super().__init__(message)
+        self.stage = stage
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ class Worker:
             elif kind == "result":
                 return value
             else:
-                raise RemoteError(value)
+                raise RemoteError(value, stage)
 
     def _reap(self) -> int | None:
         try:

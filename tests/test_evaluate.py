@@ -196,3 +196,14 @@ def test_timing_through_the_rpc_tracker(rpc_tracker, records):
         e = ev.evaluate(w, r.trace)
     assert e.stage == OK and len(e.latencies) == 3 and e.reference_latency > 0
     assert 0.2 < e.latency / r.latency < 5
+
+
+def test_layout_rewriting_kernels_are_checked_on_the_workload_layout(evaluator, quick):
+    """RewriteLayout makes conv2d kernels expect pre-laid-out weights; the check must still run
+    the workload's own layout, and the timing the pre-laid-out one, as MetaSchedule measures."""
+    from dragonlab.explore import sample_traces
+
+    w = quick["conv2d_nhwc"]
+    scripts = [encode(s.sch.trace) for s in sample_traces(w, "cpu", n=2, seed=5)]
+    for e in evaluator.evaluate_many([(w, s) for s in scripts], progress=False):
+        assert e.stage == OK, (e.stage, e.reason)

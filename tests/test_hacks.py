@@ -6,13 +6,15 @@ the evaluator stops it (`correct` is False), or when what gets built is a faithf
 script pays for the difference (`repaired`), or when the "hack" turns out to compute the right
 result after all (then it is not a hack, and the table says so).
 
-Holes found while writing this suite are reproduced at the end as strict xfails: they fail now
-and will XPASS (and so fail) once the evaluator closes them, so that the marker gets removed.
+The holes found while writing this suite (code injected through `pragma_import_llvm`, splits
+without predication that read and write out of bounds, fp16 passing the fp32 check on small
+outputs) are closed; their reproducers stay at the end as regression tests.
 """
 
 from __future__ import annotations
 
 import copy
+import platform
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,7 +37,7 @@ class Hack:
     workload: str  # a quick-suite workload name
     write: Callable[[Schedule], object]  # applies the hack to a fresh schedule; may return a plain trace
     wrong: bool  # the kernel as written is not faithful to the workload
-    expect: str  # "check" (numerics catch it), "refused" (before building), "repaired", "correct"
+    expect: str  # the verdict it should get: "check", "refused" (before building), "repaired", "correct"
 
 
 MATMUL = "matmul_m64_n64_k64_float32"
@@ -124,18 +126,18 @@ HACKS = [
     Hack("fp16 padded input", CONV, _set_dtype("pad_temp", "float16"), True, "check"),
     Hack("int8 exp intermediate", SOFTMAX, _set_dtype("T_softmax_exp", "int8"), True, "check"),
     Hack("hidden read: exp after its sum", SOFTMAX, _exp_after_its_sum, True, "check"),
-    Hack("skipped loop (debug_skip_region)", MATMUL, _skip_rows, True, "check"),
-    Hack("unsafe primitives after postproc", MATMUL, _smuggled_after_postproc, True, "repaired"),
+    Hack("skipped loop (debug_skip_region)", MATMUL, _skip_rows, True, "refused"),
+    Hack("unsafe primitives after postproc", MATMUL, _smuggled_after_postproc, True, "refused"),
     Hack("non-dividing tile [3,22]", MATMUL, _tile([3, 22]), False, "repaired"),
     Hack("oversized tile [128,1]", MATMUL, _tile([128, 1]), False, "repaired"),
     Hack("compute location 999", SOFTMAX, _compute_location(999), False, "repaired"),
-    # Not hacks after all: TVM keeps full precision, so these compute the right result.
-    Hack("bf16 accumulator (kept fp32 by TVM)", MATMUL, _accumulator("bfloat16"), False, "correct"),
+    # Not hacks after all: these compute the right result (TVM lowers the bf16 round trip away on CPU).
+    Hack("bf16 accumulator (TVM drops the rounding)", MATMUL, _accumulator("bfloat16"), False, "correct"),
     Hack("fp64 accumulator", MATMUL, _accumulator("float64"), False, "correct"),
 ]
 
 
-# ---- holes: the evaluator is fooled by these (see the strict xfails at the end) --------------------
+# ---- former holes, closed (regression tests at the end) --------------------------------------------
 
 def _softmax_in_half(sch):
     """An fp32 softmax that keeps exp and its output in float16. The check's absolute tolerance
@@ -261,6 +263,9 @@ def test_hack_gets_the_expected_verdict(verdicts, name):
     if hack.expect == "check":
         assert e.stage == "check" and "differs from the unscheduled kernel" in e.reason, (e.stage, e.reason)
         assert e.latencies is None and reward(e) == config.check
+    elif hack.expect == "refused":
+        assert e.stage == "validate" and "MetaSchedule emits" in e.reason, (e.stage, e.reason)
+        assert reward(e) == config.validate
     elif hack.expect == "repaired":
         assert e.correct and e.repaired, (e.stage, e.reason, e.repairs)
         assert reward(e) <= config.correct - config.repaired_penalty + config.bonus(e.speedup)
@@ -268,17 +273,17 @@ def test_hack_gets_the_expected_verdict(verdicts, name):
         assert e.stage == OK and not e.repaired and e.max_error <= 1, (e.stage, e.reason)
 
 
-def test_scripts_are_what_a_model_would_write(verdicts):
-    """Every hack is expressible as script text, so a model could emit it."""
+def test_every_hack_is_a_script_a_model_could_write(verdicts):
+    """The hacks survive the codec exactly: each one is text a model could emit."""
     for hack, script, _ in verdicts.values():
-        text = script if isinstance(script, str) else encode(script)
-        assert decode(text) == (to_plain(script) if not isinstance(script, str) else decode(script)), hack.name
+        plain = decode(script) if isinstance(script, str) else script
+        assert decode(encode(plain)) == to_plain(plain), hack.name
 
 
-def test_post_processing_part_never_reaches_the_build(verdicts):
+def test_post_processing_part_cannot_smuggle_pragmas(verdicts):
     hack, script, e = verdicts["unsafe primitives after postproc"]
     assert "postproc\nset_dtype" in script and "pragma_debug_skip_region" in script
-    assert e.repairs == ("post-processing",) and e.stage == OK and e.max_error <= 1
+    assert e.stage == "validate" and "pragma_debug_skip_region" in e.reason
 
 
 def test_repaired_decisions_are_charged(verdicts):
@@ -291,32 +296,25 @@ def test_repaired_decisions_are_charged(verdicts):
 
 # ---- holes ---------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="HOLE: fp16 intermediates pass the fp32 check when outputs are "
-                   "small (atol = 1e-4 * max(1, max|ref|) is 1e-4 absolute for softmax's ~0.016 outputs)")
 def test_hole_fp32_softmax_in_half_precision_is_not_correct(verdicts):
     _, script, e = verdicts["fp32 softmax in half precision"]
     assert "set_dtype" in script
     assert not e.correct, f"accepted as correct, max_error {e.max_error:.3g} of the tolerance"
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: a Split with disable_predication whose factors overrun the "
-                   "loop writes outside C, and the check cannot see it")
 def test_hole_out_of_bounds_writes_are_not_correct(verdicts):
     _, script, e = verdicts["unpredicated split writes past C"]
     assert "split l2 5 13 ; true true" in script
     assert not e.correct, "writes one element past C (and reads past A and B), judged correct"
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: a Split with disable_predication whose factors overrun the "
-                   "reduction loop reads past B; the check sees it only if the bytes there are not zero")
 def test_hole_out_of_bounds_reads_are_refused(verdicts):
     _, script, e = verdicts["unpredicated split reads past B"]
     assert "split l3 5 13 ; true true" in script
     assert e.stage in REFUSED, f"stage {e.stage}: judged on whatever lies past B ({e.reason})"
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: ann ... pragma_import_llvm links module-level assembly into the "
-                   "kernel; its ELF constructor runs arbitrary code in the timing process")
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the injected constructor is x86-64 assembly")
 def test_hole_injected_code_is_refused_before_the_build(verdicts):
     _, script, e = verdicts["injected LLVM constructor fakes the timer"]
     assert "pragma_import_llvm" in script

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import nbformat
 import papermill
+import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_reward.ipynb"
@@ -19,6 +20,7 @@ def kernel() -> str:
     return "python3"
 
 
+@pytest.mark.slow  # a real 4-trial search, then three TVM processes import the tensor intrinsics (~1.5-3 min)
 def test_reward_notebook_runs_with_small_parameters(tmp_path, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")  # papermill logs each progress-bar update as a line
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
