@@ -108,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(run=_codec_show)
     cod.set_defaults(run=lambda a: cod.print_help() or 2)
 
+    _dataset_commands(sub)
+
     c = sub.add_parser("demo", help="the quick end-to-end pipeline on the CPU")
     c.add_argument("--out", type=Path, default=Path("runs/demo"))
     c.add_argument("--trials", type=int, default=16)
@@ -364,19 +366,86 @@ def _codec_show(args) -> int:
 
 def _demo(args) -> int:
     """The quick pipeline so far: collect the quick suite on the CPU, summarise the records,
-    prove the codec exact on them, and re-evaluate every record through the evaluator."""
-    records_dir = args.out / "records"
+    prove the codec exact on them, re-evaluate every record through the evaluator, and build the
+    construction and refinement datasets. Rerunning resumes collection and keeps the dataset."""
+    records_dir, dataset_dir = args.out / "records", args.out / "dataset"
     steps = [
         ["collect", "--suite", "quick", "--target", "cpu", "--trials", str(args.trials), "--out", str(records_dir)],
         ["records", "stats", str(records_dir)],
         ["codec", "check", str(records_dir)],
         ["evaluate", "--db", str(records_dir), "--target", "cpu"],
     ]
+    if not dataset_dir.exists():
+        steps.append(["dataset", "build", "--records", str(records_dir), "--out", str(dataset_dir),
+                      "--holdout-family", "softmax"])
+    steps.append(["dataset", "stats", str(dataset_dir)])
     for step in steps:
         print(f"\n$ dragonlab {' '.join(step)}", flush=True)
         code = main(step)
         if code:
             return code
+    return 0
+
+
+def _dataset_commands(sub) -> None:
+    # Options left out take DatasetConfig's defaults (given in the help; importing the
+    # config here would import TVM and make --help slow).
+    ds = sub.add_parser("dataset", help="build construction and refinement datasets from search records")
+    dsub = ds.add_subparsers(title="dataset commands", metavar="ACTION")
+    c = dsub.add_parser("build", help="prompt/completion examples split by workload, saved as a DatasetDict",
+                        description="Construction (kernel -> one of its top-k scripts) and refinement (kernel + "
+                                    "script -> a script faster by the margin) examples from the ok records, split "
+                                    "by workload key, written atomically to a new directory with a dataset card.")
+    c.add_argument("--records", nargs="+", type=Path, required=True, help="record stores or MetaSchedule databases")
+    c.add_argument("--out", type=Path, required=True, help="new directory for the dataset")
+    c.add_argument("--top-k", type=int, help="construction completions per workload and target (default 4)")
+    c.add_argument("--margin", type=float, help="refinement: output latency <= input x (1 - margin) (default 0.10)")
+    c.add_argument("--pairs-per-workload", type=int,
+                   help="refinement pairs per workload and target, at most (default 16)")
+    c.add_argument("--seed", type=int, help="seeds the split and the pair sampling (default 0)")
+    c.add_argument("--holdout-family", help="an op family held out as the test_family split (default none)")
+    c.add_argument("--prompt-form", choices=("compact", "tvmscript"), help="how the kernel is shown (default compact)")
+    c.add_argument("--validation", type=float, help="share of workloads in validation (default 0.1)")
+    c.add_argument("--test", type=float, help="share of workloads in test (default 0.1)")
+    c.set_defaults(run=_dataset_build)
+    c = dsub.add_parser("stats", help="examples and token lengths (mean/max) per split and task")
+    c.add_argument("path", type=Path, help="a directory written by `dataset build`")
+    c.set_defaults(run=_dataset_stats)
+    ds.set_defaults(run=lambda a: ds.print_help() or 2)
+
+
+def _dataset_build(args) -> int:
+    from dragonlab.dataset import DatasetConfig, build_dataset, format_summary, summary
+
+    options = ("top_k", "margin", "pairs_per_workload", "seed", "holdout_family", "prompt_form", "validation", "test")
+    given = {name: getattr(args, name) for name in options if getattr(args, name) is not None}
+    for name in ("top_k", "pairs_per_workload"):
+        if name in given:
+            _positive(f"--{name.replace('_', '-')}", given[name])
+    if "margin" in given and not 0 < given["margin"] < 1:
+        raise UsageError(f"--margin must be between 0 and 1 (exclusive), got {given['margin']}")
+    for name in ("validation", "test"):
+        if name in given and not 0 <= given[name] < 1:
+            raise UsageError(f"--{name} must be a share in [0, 1), got {given[name]}")
+    config = DatasetConfig(**given)
+    start = time.monotonic()
+    built = build_dataset(args.records, args.out, config)
+    total = sum(len(rows) for rows in built.examples.values())
+    print(format_summary(summary(built.examples)))
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(built.skipped.items())) or "none"
+    print(f"{total} examples from {len(built.workloads)} workloads in {time.monotonic() - start:.1f} s "
+          f"(records not used: {skipped}) -> {args.out}")
+    return 0
+
+
+def _dataset_stats(args) -> int:
+    import datasets
+
+    from dragonlab.dataset import format_summary, summary
+
+    if not args.path.is_dir():
+        raise FileNotFoundError(f"{args.path} is not a directory")
+    print(format_summary(summary(datasets.load_from_disk(str(args.path)))))
     return 0
 
 

@@ -1,0 +1,255 @@
+"""Construction and refinement datasets built from real search records: splits without
+leakage, determinism, exact completions, margins, failures kept out, clear errors."""
+
+import itertools
+import json
+import random
+import re
+import shutil
+
+import datasets
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dragonlab import codec, dataset
+from dragonlab.cli import main
+from dragonlab.collect import CollectConfig, collect
+from dragonlab.dataset import SPLITS, DatasetConfig
+from dragonlab.prompts import CONSTRUCTION, REFINEMENT, kernel_text
+from dragonlab.records import OK, Record, RecordStore, trace_text
+from dragonlab.targets import get_target
+from dragonlab.workloads import Workload, iter_suite, suite
+
+HOLDOUT = "reduce_row"
+
+
+@pytest.fixture(scope="module")
+def stores(collected, quick, tmp_path_factory):
+    """The session's matmul + softmax store and a second real store: reduce_row, 8 trials in
+    one round (the family held out below)."""
+    root = tmp_path_factory.mktemp("dataset_extra")
+    collect([quick[HOLDOUT]], get_target("cpu"), RecordStore(root, create=True),
+            CollectConfig(trials=8, trials_per_round=8), progress=False)
+    return [collected[0], root]
+
+
+@pytest.fixture(scope="module")
+def built(collected, stores, tmp_path_factory):
+    """`dataset build` on both stores, with wide validation/test shares and a seed that puts the
+    two workloads that are not held out into different splits."""
+    keys = [(w.key, w.family) for w in collected[1]]  # matmul and softmax
+    seed = next(s for s in range(100) if len({dataset.split_of(k, f, DatasetConfig(
+        seed=s, validation=0.3, test=0.3)) for k, f in keys}) == 2)  # a seed that puts them on two sides
+    out = tmp_path_factory.mktemp("ds") / "ds"
+    assert main(["dataset", "build", "--records", *map(str, stores), "--out", str(out), "--top-k", "3",
+                 "--holdout-family", HOLDOUT, "--validation", "0.3", "--test", "0.3", "--seed", str(seed)]) == 0
+    return out, datasets.load_from_disk(str(out))
+
+
+def rows(dsd) -> list[dict]:
+    return [{**r, "split": split} for split, ds in dsd.items() for r in ds.to_list()]
+
+
+def ok_traces(stores) -> dict[tuple[str, str], dict[str, Record]]:
+    """(workload, target) -> canonical trace text -> its ok record."""
+    out = {}
+    for s in stores:
+        for r in RecordStore(s).records():
+            if r.status == OK:
+                out.setdefault((r.workload, r.target), {})[trace_text(codec.to_plain(r.trace))] = r
+    return out
+
+
+def test_compact_kernels_tell_workloads_apart_and_name_every_block():
+    workloads = suite("quick") + list(itertools.islice(iter_suite("standard"), 30))
+    texts = {w.key: kernel_text(w, "compact") for w in workloads}
+    assert len(set(texts.values())) == len(texts)  # distinct computations, distinct texts
+    for w in workloads:
+        blocks = set(re.findall(r'T\.sblock\("([^"]+)"\)', kernel_text(w, "tvmscript"))) - {"root"}  # implicit
+        assert blocks and all(f"block {b}(" in texts[w.key] for b in blocks), w.name
+
+
+def test_compact_kernels_are_less_than_half_the_tokens_of_tvmscript():
+    quick = suite("quick")
+    compact = sum(dataset.tokens(kernel_text(w, "compact")) for w in quick)
+    tvmscript = sum(dataset.tokens(kernel_text(w, "tvmscript")) for w in quick)
+    assert compact < 0.55 * tvmscript, (compact, tvmscript)
+
+
+def test_build_writes_both_tasks_with_card_and_parquet(built):
+    out, dsd = built
+    r = rows(dsd)
+    assert {x["task"] for x in r} == {CONSTRUCTION, REFINEMENT}
+    assert all(list(ds.features) == list(dataset.COLUMNS) for ds in dsd.values())
+    card = (out / "README.md").read_text()
+    for split in SPLITS:
+        assert re.search(rf"\| {split} \| \d+ \| \d+ \| \d+ \|", card), split
+    assert "Held-out family (`test_family`): reduce_row" in card and re.search(r"Search budget: \d+ to \d+ measured", card)
+    for split, ds in dsd.items():  # the Parquet copy holds the same rows
+        assert datasets.Dataset.from_parquet(str(out / "data" / f"{split}.parquet")).to_list() == ds.to_list()
+    info = json.loads((out / "build.json").read_text())
+    assert sum(sum(c.values()) for c in info["counts"].values()) == len(r)
+
+
+def test_every_completion_is_an_ok_record_and_round_trips_exactly(built, stores):
+    _, dsd = built
+    traces = ok_traces(stores)
+    for x in rows(dsd):
+        plain = codec.decode(x["completion"])
+        record = traces[(x["workload"], x["target"])][trace_text(plain)]  # KeyError: not an ok record
+        assert plain == codec.to_plain(record.trace) and codec.encode(plain) == x["completion"]
+        assert x["prompt"].startswith(f"task: {x['task']}\ntarget: {x['target']}\nkernel:\n")
+        if x["task"] == REFINEMENT:
+            assert trace_text(codec.decode(x["input_script"])) in traces[(x["workload"], x["target"])]
+            assert x["prompt"].endswith(f"script:\n{x['input_script']}\nfaster script:\n")
+    pairs = [(x["prompt"], x["completion"]) for x in rows(dsd)]
+    assert len(pairs) == len(set(pairs))
+
+
+def test_construction_completions_are_the_top_k_and_refinements_beat_the_margin(built, stores):
+    _, dsd = built
+    traces = ok_traces(stores)
+    r = rows(dsd)
+    for group, by_trace in traces.items():
+        lats = sorted(rec.latency for rec in by_trace.values())
+        mine = sorted(x["output_latency"] for x in r if x["task"] == CONSTRUCTION
+                      and (x["workload"], x["target"]) == group)
+        assert mine == pytest.approx(lats[:3])
+    refinements = [x for x in r if x["task"] == REFINEMENT]
+    assert refinements
+    for x in refinements:
+        assert x["output_latency"] <= x["input_latency"] * (1 - 0.10)
+        assert x["speedup"] == pytest.approx(x["input_latency"] / x["output_latency"])
+
+
+def test_no_workload_is_on_two_sides_and_the_held_out_family_is_alone(built):
+    out, dsd = built
+    sides = {split: {x["workload"] for x in ds.to_list()} for split, ds in dsd.items()}
+    assert len(sides) == 3 and "test_family" in sides
+    for a, b in itertools.combinations(sides, 2):
+        assert not sides[a] & sides[b], (a, b)
+    families = {split: {x["family"] for x in ds.to_list()} for split, ds in dsd.items()}
+    assert families["test_family"] == {HOLDOUT}
+    assert all(HOLDOUT not in f for split, f in families.items() if split != "test_family")
+    stored = [Workload.from_json(json.loads(line)) for line in (out / "workloads.jsonl").read_text().splitlines()]
+    assert {w.key for w in stored} == set().union(*sides.values())  # from_json checked each key is its hash
+
+
+def test_same_seed_same_dataset_regardless_of_record_order(stores, tmp_path):
+    workloads, records, _ = dataset.load_records(stores)
+    config = DatasetConfig(validation=0.3, test=0.3)
+    a, b = dataset.build(workloads, records, config), dataset.build(workloads, records[::-1], config)
+    assert a.examples == b.examples and a.examples["train"]
+    dataset.save(a, tmp_path / "a")
+    dataset.save(b, tmp_path / "b")
+    for name in ("README.md", "build.json", "workloads.jsonl", "data/train.parquet"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    moved = [seed for seed in range(1, 20) for key, split in a.split_of.items()
+             if dataset.split_of(key, workloads[key].family, DatasetConfig(seed=seed, validation=0.3, test=0.3)) != split]
+    assert moved  # another seed puts some workload in another split
+
+
+def test_failed_timeout_and_unmeasured_records_never_become_data(collected, tmp_path, capsys):
+    src = collected[0]
+    copy = tmp_path / "store"
+    shutil.copytree(src, copy)
+    recs = [r for r in RecordStore(copy).records() if r.status == OK]
+    best = min(recs, key=lambda r: r.latency)
+    # a failing record of the fastest trace, in another store: the script must go altogether
+    flaky = RecordStore(tmp_path / "flaky", create=True)
+    flaky.add_workloads(RecordStore(src).workloads().values())
+    flaky.append([Record(best.workload, best.target, best.trace, "build_error", None, "boom", source="test")])
+    # new traces that only ever failed, timed out or went unmeasured
+    injected = []
+    for status, r in zip(("run_error", "failed", "timeout", "unmeasured"), recs):
+        trace = json.loads(json.dumps(r.trace))
+        trace[0].append(["EnterPostproc", [], [], []])  # a distinct trace that still encodes
+        injected.append(Record(r.workload, r.target, trace, status, None, None if status == "unmeasured" else "x"))
+    RecordStore(copy).append(injected)
+    out = tmp_path / "ds"
+    assert main(["dataset", "build", "--records", str(copy), str(tmp_path / "flaky"), "--out", str(out)]) == 0
+    assert "also recorded as failing 1" in capsys.readouterr().out
+    forbidden = {codec.encode(best.trace)} | {codec.encode(r.trace) for r in injected}
+    for x in rows(datasets.load_from_disk(str(out))):
+        assert x["completion"] not in forbidden and x["input_script"] not in forbidden
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", r"nowhere does not exist"),
+    ("corrupt", r"records\.jsonl:3: not JSON"),
+    ("margin", r"--margin must be between 0 and 1 \(exclusive\), got -1\.0"),
+    ("family", r"holdout family 'no_such_family': no workload of that family"),
+    ("not empty", r"ds exists and is not empty"),
+])
+def test_bad_input_is_one_clear_error_exit_2_and_nothing_written(collected, tmp_path, capsys, case, message):
+    store = tmp_path / "store"
+    shutil.copytree(collected[0], store)
+    args = ["--records", str(store)]
+    if case == "missing":
+        args = ["--records", str(tmp_path / "nowhere")]
+    elif case == "corrupt":
+        lines = (store / "records.jsonl").read_text().splitlines(keepends=True)
+        (store / "records.jsonl").write_text("".join(lines[:2] + ['{"workload": "1", "trace\n'] + lines[2:]))
+    elif case == "margin":
+        args += ["--margin", "-1"]
+    elif case == "family":
+        args += ["--holdout-family", "no_such_family"]
+    elif case == "not empty":
+        (tmp_path / "ds").mkdir()
+        (tmp_path / "ds" / "keep.txt").write_text("mine")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["dataset", "build", *args, "--out", str(tmp_path / "ds")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dragonlab: error: ") and re.search(message, err[0]), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no temporary directory
+    if case == "not empty":
+        assert [p.name for p in (tmp_path / "ds").iterdir()] == ["keep.txt"]
+
+
+def test_stats_prints_counts_and_token_lengths_per_split_and_task(built, capsys):
+    out, dsd = built
+    assert main(["dataset", "stats", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["split", "task", "examples", "workloads"]
+    table = {(f[0], f[1]): f for f in (line.split() for line in lines[1:])}
+    for split, ds in dsd.items():
+        for task in (CONSTRUCTION, REFINEMENT):
+            mine = [x for x in ds.to_list() if x["task"] == task]
+            f = table[(split, task)]
+            assert int(f[2]) == len(mine)
+            if mine:
+                assert int(f[5]) == max(dataset.tokens(x["prompt"]) for x in mine)
+                assert int(f[7]) == max(dataset.tokens(x["completion"]) for x in mine)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=60), st.integers(1, 40), st.integers(1, 6),
+       st.floats(0.01, 0.9))
+def test_refinement_pairs_keep_the_margin_and_the_cap_and_span_each_bins_improvements(lats, cap, strata, margin):
+    lats = sorted(lats)
+    config = DatasetConfig(pairs_per_workload=cap, strata=strata, margin=margin)
+    pairs = dataset.refinement_pairs(lats, config, random.Random(0))
+    valid = [(i, j) for i in range(len(lats)) for j in range(len(lats)) if lats[j] <= lats[i] * (1 - margin)]
+    assert len(set(pairs)) == len(pairs) == min(cap, len(valid))
+    assert all(lats[j] <= lats[i] * (1 - margin) for i, j in pairs)
+    bins = {}  # input bin (latency quantile of the input) -> speedups of its valid pairs, ascending
+    for i, j in valid:
+        bins.setdefault(i * strata // len(lats), []).append(lats[i] / lats[j])
+    if cap >= 2 * len(bins):  # every bin with two pairs gets two: one from each half of its range
+        for b, speedups in bins.items():
+            speedups.sort()
+            chosen = [lats[i] / lats[j] for i, j in pairs if i * strata // len(lats) == b]
+            if len(speedups) >= 2:
+                assert min(chosen) <= speedups[len(speedups) // 2] <= max(chosen)
+
+
+def test_cli_help_gives_the_config_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["dataset", "build", "--help"])
+    options = {chunk.split()[0]: " ".join(chunk.split()) for chunk in re.split(r"\n  (?=--)", capsys.readouterr().out)}
+    config = DatasetConfig()
+    for name in ("top_k", "margin", "pairs_per_workload", "seed", "prompt_form", "validation", "test"):
+        default = getattr(config, name)
+        spelled = f"{default:.2f}" if name == "margin" else str(default)
+        assert options[f"--{name.replace('_', '-')}"].endswith(f"(default {spelled})"), name
