@@ -14,7 +14,9 @@ from dragonlab.evaluate import OK, EvalConfig, Evaluation, Evaluator, evaluate_r
 from dragonlab.measure import MeasureConfig
 from dragonlab.records import RecordStore
 from dragonlab.reward import RewardConfig, reward
+from dragonlab.workloads import suite
 
+FP16_MATMUL = next(w for w in suite("quick") if w.family == "matmul" and w.dtype == "float16")
 FAST = EvalConfig(workers=2, measure=MeasureConfig(number=2, repeat=3, min_repeat_ms=10))
 
 
@@ -172,9 +174,13 @@ def test_cuda_scripts_validate_and_build_to_source_without_a_gpu(quick):
         if huge[0][d[0]][0] == "SamplePerfectTile" and len(d[1]) == 5:
             d[1] = [1, 1, 64, 64, 1]
             break
+    # fp16 tensor-core candidates pass every post-processor, yet most fail to build (TVM_FACTS 7)
+    tensor_core = [to_plain(s.sch.trace) for s in sample_traces(FP16_MATMUL, "cuda-sm80", n=4, seed=11)]
     nvcc = shutil.which("nvcc") is not None  # device compilation needs no GPU, only the compiler
     with Evaluator("cuda-sm80", EvalConfig(workers=1, nvcc=nvcc)) as ev:
-        good, bad = ev.evaluate_many([(w, valid), (w, huge)], progress=False)
+        good, bad, *tc = ev.evaluate_many([(w, valid), (w, huge)] + [(FP16_MATMUL, s) for s in tensor_core],
+                                          progress=False)
+    assert any(e.stage == "build" and e.reason for e in tc), [(e.stage, e.reason) for e in tc]
     assert good.stage == "run" and "no GPU here" in good.reason and "CUDA source" in good.reason
     assert ("compiled by nvcc" in good.reason) == nvcc
     assert bad.stage == "validate" and "VerifyGPUCode" in bad.reason, bad
@@ -207,3 +213,12 @@ def test_layout_rewriting_kernels_are_checked_on_the_workload_layout(evaluator, 
     scripts = [encode(s.sch.trace) for s in sample_traces(w, "cpu", n=2, seed=5)]
     for e in evaluator.evaluate_many([(w, s) for s in scripts], progress=False):
         assert e.stage == OK, (e.stage, e.reason)
+
+
+def test_a_kernel_whose_timing_fails_is_correct_without_a_latency(records):
+    w, r = _matmul_record(records)
+    config = EvalConfig(workers=1, measure=MeasureConfig(run_timeout_sec=0.001))
+    with Evaluator("cpu", config) as ev:
+        e = ev.evaluate(w, r.trace)
+    assert e.stage == "time" and e.correct and e.latencies is None and "timed out" in e.reason
+    assert reward(e) == RewardConfig().correct  # correct, but no bonus without a latency
