@@ -73,3 +73,15 @@ def rpc_tracker():
             except ProcessLookupError:
                 pass
             p.wait()
+
+
+@pytest.fixture(scope="session")
+def notebook_kernel() -> str:
+    """`python3`, checked to start this interpreter: jupyter_client runs a kernelspec whose argv
+    begins with plain "python" on sys.executable, and the venv's own spec comes first."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    argv = KernelSpecManager().get_kernel_spec("python3").argv
+    assert argv[0] in ("python", "python3", sys.executable), \
+        f"the python3 kernel runs {argv[0]}, not this venv; register one: python -m ipykernel install --sys-prefix"
+    return "python3"

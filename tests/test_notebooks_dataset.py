@@ -1,26 +1,18 @@
 """notebooks/03_dataset.ipynb runs top to bottom with small parameters, as papermill runs it in batch."""
 
-import sys
 from pathlib import Path
 
 import datasets
 import nbformat
 import papermill
-from jupyter_client.kernelspec import KernelSpecManager
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_dataset.ipynb"
 PLOTLY = "application/vnd.plotly.v1+json"
 
 
-def kernel() -> str:
-    """`python3`, checked to start this interpreter (as in test_notebooks.py)."""
-    argv = KernelSpecManager().get_kernel_spec("python3").argv
-    assert argv[0] in ("python", "python3", sys.executable), \
-        f"the python3 kernel runs {argv[0]}, not this venv; register one: python -m ipykernel install --sys-prefix"
-    return "python3"
 
 
-def test_dataset_notebook_collects_builds_saves_and_plots(tmp_path, monkeypatch):
+def test_dataset_notebook_collects_builds_saves_and_plots(notebook_kernel, tmp_path, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")  # papermill logs each progress-bar update as a line
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cells = nbformat.read(NOTEBOOK, 4).cells
@@ -29,7 +21,7 @@ def test_dataset_notebook_collects_builds_saves_and_plots(tmp_path, monkeypatch)
     out = tmp_path / "03_dataset.ipynb"
     # no records at `records` yet: the notebook collects its own tiny set there
     parameters = {"records": "records", "trials": 4, "out": "ds", "seed": 0, "holdout_family": "softmax"}
-    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=parameters, kernel_name=kernel(),
+    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=parameters, kernel_name=notebook_kernel,
                                cwd=str(tmp_path), progress_bar=False)
     cells = nbformat.read(out, 4).cells
     assert "parameters" in cells[1].metadata.tags and "injected-parameters" in cells[2].metadata.tags

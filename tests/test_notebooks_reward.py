@@ -1,27 +1,19 @@
 """notebooks/02_reward.ipynb runs top to bottom with small parameters, as papermill runs it in batch."""
 
-import sys
 from pathlib import Path
 
 import nbformat
 import papermill
 import pytest
-from jupyter_client.kernelspec import KernelSpecManager
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_reward.ipynb"
 PLOTLY = "application/vnd.plotly.v1+json"
 
 
-def kernel() -> str:
-    """`python3`, checked to start this interpreter (as in test_notebooks.py)."""
-    argv = KernelSpecManager().get_kernel_spec("python3").argv
-    assert argv[0] in ("python", "python3", sys.executable), \
-        f"the python3 kernel runs {argv[0]}, not this venv; register one: python -m ipykernel install --sys-prefix"
-    return "python3"
 
 
 @pytest.mark.slow  # a real 4-trial search, then three TVM processes import the tensor intrinsics (~1.5-3 min)
-def test_reward_notebook_runs_with_small_parameters(tmp_path, monkeypatch):
+def test_reward_notebook_runs_with_small_parameters(notebook_kernel, tmp_path, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")  # papermill logs each progress-bar update as a line
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cells = nbformat.read(NOTEBOOK, 4).cells
@@ -29,7 +21,7 @@ def test_reward_notebook_runs_with_small_parameters(tmp_path, monkeypatch):
     assert all(not cell.get("outputs") for cell in cells), "commit notebooks without outputs"
     out = tmp_path / "02_reward.ipynb"
     parameters = {"workload": "matmul_m64_n64_k64_float32", "samples": 2, "trials": 4, "seed": 1, "workers": 1}
-    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=parameters, kernel_name=kernel(),
+    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=parameters, kernel_name=notebook_kernel,
                                cwd=str(tmp_path), progress_bar=False)
     cells = nbformat.read(out, 4).cells
     assert "parameters" in cells[1].metadata.tags and "injected-parameters" in cells[2].metadata.tags
