@@ -201,7 +201,7 @@ class Evaluator:
                                                        str(self._dir))])[0]
             latency = None
             if isinstance(outcome, str):
-                timed = self._time_artifact(outcome, _arg_specs(workload))
+                timed = self._time_artifact(outcome, _arg_specs_of(workload.mod))
                 latency = statistics.median(timed) if isinstance(timed, list) else None
                 Path(outcome).unlink(missing_ok=True)
             self._references[workload.key] = latency
@@ -333,10 +333,11 @@ def _module_json(w: Workload) -> str:
     return tvm.ir.save_json(w.mod)
 
 
-def _arg_specs(w: Workload) -> list:
+def _arg_specs_of(mod) -> list:
+    """[(shape, dtype), ...] of a module's main function: picklable, for the worker processes."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    return [([int(d) for d in a.shape], str(a.dtype)) for a in ArgInfo.from_prim_func(w.mod["main"])]
+    return [([int(d) for d in a.shape], str(a.dtype)) for a in ArgInfo.from_prim_func(mod["main"])]
 
 
 def _evaluation_of(key: str, target: str, outcome) -> Evaluation:
@@ -392,20 +393,18 @@ def prepare_worker(target_config: dict, *, progress) -> None:
     _postprocs(target_config)
 
 
-def _random_args(mod, seed: int) -> list:
+def _random_args(arg_specs: list, seed: int) -> list:
+    """numpy arrays for [(shape, dtype), ...]: floats uniform in [-1, 1], everything else in {0, 1}
+    (indices and masks: small non-negative values stay in range for gathers)."""
     import numpy as np
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     rng = np.random.default_rng(seed)
     out = []
-    for info in ArgInfo.from_prim_func(mod["main"]):
-        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
+    for shape, dtype in arg_specs:
         if dtype.startswith("float") or dtype == "bfloat16":
             out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
-        elif dtype == "bool":
-            out.append(rng.integers(0, 2, size=shape).astype(bool))
-        else:  # indices and masks: small non-negative values stay in range for gathers
-            out.append(rng.integers(0, 2, size=shape).astype(dtype))
+        else:
+            out.append(rng.integers(0, 2, size=shape).astype(bool if dtype == "bool" else dtype))
     return out
 
 
@@ -427,7 +426,7 @@ def _reference_outputs(key: str, mod, target, checks: int, seed: int) -> list[tu
         func = fast_build(mod, target)["main"]
         sets = []
         for s in range(checks):
-            inputs = _random_args(mod, seed * 1000 + s)
+            inputs = _random_args(_arg_specs_of(mod), seed * 1000 + s)
             sets.append((inputs, _run(func, inputs)))
         _REFERENCES[cache_key] = sets
         while len(_REFERENCES) > 8:
@@ -470,7 +469,6 @@ def check_script(key: str, mod_json: str, target_config: dict, plain: list, job:
     import tvm_ffi
     from tvm.driver import build
     from tvm.s_tir import Schedule
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.schedule import Trace
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.target import Target
@@ -531,7 +529,7 @@ def check_script(key: str, mod_json: str, target_config: dict, plain: list, job:
         return stop("build", _one_line(e), repairs=repairs)
     artifact = str(Path(artifact_dir) / f"{uuid.uuid4().hex}.so")
     built.export_library(artifact)
-    arg_specs = [([int(d) for d in a.shape], str(a.dtype)) for a in ArgInfo.from_prim_func(timed_mod["main"])]
+    arg_specs = _arg_specs_of(timed_mod)
 
     def failed(stage, reason, **extra):
         Path(artifact).unlink(missing_ok=True)
@@ -588,14 +586,11 @@ def build_reference(key: str, mod_json: str, target_config: dict, artifact_dir: 
 def time_kernel(artifact: str, arg_specs: list, number: int, repeat: int, min_repeat_ms: int,
                 *, progress) -> list[float]:
     """Seconds per call, one value per repeat, after one warm-up call, on random inputs."""
-    import numpy as np
     import tvm
 
     progress("time")
     lib = tvm.runtime.load_module(artifact)
-    rng = np.random.default_rng(0)
-    args = [tvm.runtime.tensor(rng.uniform(-1, 1, size=shape).astype(dtype) if "float" in dtype
-                               else rng.integers(0, 2, size=shape).astype(dtype)) for shape, dtype in arg_specs]
+    args = [tvm.runtime.tensor(a) for a in _random_args(arg_specs, 0)]
     lib["main"](*args)  # warm-up: page in code and data
     timer = lib.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return [float(x) for x in timer(*args).results]

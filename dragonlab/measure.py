@@ -169,7 +169,8 @@ class Measurer:
             for i, b in zip(todo, builds):
                 if b.error_msg is not None:
                     results[i] = RunnerResult(None, b.error_msg)
-            runs = self._run([RunnerInput(path, self.device_type, args_infos[i]) for i, path in built])
+            runs = run_bounded(self.runner, [RunnerInput(path, self.device_type, args_infos[i]) for i, path in built],
+                               self.config.run_timeout_sec)
             for (i, path), r in zip(built, runs):
                 results[i] = r
                 shutil.rmtree(Path(path).parent, ignore_errors=True)
@@ -177,9 +178,6 @@ class Measurer:
             if not todo:
                 break
         return results  # type: ignore[return-value]
-
-    def _run(self, inputs: list[RunnerInput]) -> list[RunnerResult]:
-        return run_bounded(self.runner, inputs, self.config.run_timeout_sec)
 
     def close(self) -> None:
         self.builder.close()
