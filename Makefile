@@ -11,6 +11,7 @@ $(BIN)/dragonlab: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing dragonlab and its pinned dependencies into $(VENV) (log: $(VENV)/install.log)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]' >$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $$($(BIN)/python scripts/derive_envs.py --no-deps) >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	$(BIN)/python -c "import dragonlab, tvm, torch"
 	touch $@
 

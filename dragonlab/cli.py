@@ -109,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     cod.set_defaults(run=lambda a: cod.print_help() or 2)
 
     _dataset_commands(sub)
+    _model_commands(sub)
 
     c = sub.add_parser("demo", help="the quick end-to-end pipeline on the CPU")
     c.add_argument("--out", type=Path, default=Path("runs/demo"))
@@ -412,6 +413,80 @@ def _dataset_commands(sub) -> None:
     c.add_argument("path", type=Path, help="a directory written by `dataset build`")
     c.set_defaults(run=_dataset_stats)
     ds.set_defaults(run=lambda a: ds.print_help() or 2)
+
+
+def _model_commands(sub) -> None:
+    # Defaults left out here are SFTConfig's and the preset's (importing them would make --help slow).
+    c = sub.add_parser("sft", help="supervised fine-tuning on a dataset's construction and refinement examples",
+                       description="Fine-tune a preset (scratch-tiny, scratch-small, smollm2-135m-lora) or a local "
+                                   "Hugging Face checkpoint (with LoRA) with trl's SFTTrainer, loss on completions "
+                                   "only. Rerunning with the same settings resumes from the last checkpoint.")
+    c.add_argument("--preset", default="scratch-small", help="preset name or local checkpoint directory")
+    c.add_argument("--data", type=Path, required=True, help="a directory written by `dataset build`")
+    c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")
+    c.add_argument("--max-steps", type=int, help="optimizer steps (default: the preset's)")
+    c.add_argument("--learning-rate", type=float, help="peak learning rate (default: the preset's)")
+    c.add_argument("--batch-size", type=int, help="examples per step (default: the preset's)")
+    c.add_argument("--max-length", type=int, help="tokens per example; longer ones are dropped (default 2048)")
+    c.add_argument("--eval-steps", type=int, help="judge validation attempts every N steps (default 0: off)")
+    c.add_argument("--eval-examples", type=int, help="validation examples judged each time (default 16)")
+    c.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 100)")
+    c.add_argument("--seed", type=int, help="default 0")
+    c.set_defaults(run=_sft)
+
+    c = sub.add_parser("attempts", help="a model's attempts at a dataset split, judged by the evaluator",
+                       description="Generate N scripts per example of a split, evaluate each one, append them to "
+                                   "--out as JSON lines (a rerun resumes), and print per-task correctness with the "
+                                   "stage where the failures stopped.")
+    c.add_argument("--model", type=Path, required=True, help="a model directory (sft's OUT/model or any checkpoint)")
+    c.add_argument("--data", type=Path, required=True, help="a directory written by `dataset build`")
+    c.add_argument("--split", default="test")
+    c.add_argument("--n", type=int, default=4, help="attempts per example")
+    c.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    c.add_argument("--limit", type=int, default=None, help="only the first N examples")
+    c.add_argument("--max-new-tokens", type=int, default=768)
+    c.add_argument("--out", type=Path, required=True, help="attempts file (JSON lines; appended)")
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(run=_attempts)
+
+
+def _sft(args) -> int:
+    from dragonlab.sft import SFTConfig, train
+
+    options = ("preset", "max_steps", "learning_rate", "batch_size", "max_length", "eval_steps", "eval_examples",
+               "save_steps", "seed")
+    config = SFTConfig(**{name: getattr(args, name) for name in options if getattr(args, name) is not None})
+    start = time.monotonic()
+    run = train(args.data, args.out, config)
+    losses = [d["loss"] for d in run.log if "loss" in d]
+    resumed = f", resumed from step {run.resumed_from}" if run.resumed_from else ""
+    print(f"trained {config.preset} for {run.steps} steps in {time.monotonic() - start:.0f} s{resumed}; "
+          f"final loss {losses[-1] if losses else float('nan'):.3f} -> {run.model_dir}")
+    return 0
+
+
+def _attempts(args) -> int:
+    import os
+
+    import torch
+
+    from dragonlab import dataset, models
+    from dragonlab.attempts import format_summary, sample_and_evaluate, summary
+    from dragonlab.evaluate import Evaluator
+
+    _positive("--n", args.n)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dsd, workloads = dataset.load(args.data)
+    model, tokenizer = models.load(args.model)
+    targets = set(dsd[args.split]["target"]) if args.split in dsd else {"cpu"}
+    if len(targets) != 1:
+        raise UsageError(f"split {args.split} mixes targets {sorted(targets)}; evaluate one target at a time")
+    with Evaluator(targets.pop()) as evaluator:
+        attempts = sample_and_evaluate(model, tokenizer, evaluator, dsd, workloads, split=args.split, n=args.n,
+                                       temperature=args.temperature, limit=args.limit,
+                                       max_new_tokens=args.max_new_tokens, out=args.out, seed=args.seed)
+    print(format_summary(summary(attempts)))
+    return 0
 
 
 def _dataset_build(args) -> int:

@@ -491,3 +491,30 @@ by latency (0 = fastest). `workloads.jsonl` holds every workload's exact module 
 
 Load with `datasets.load_from_disk(DIR)`, or the Parquet files under `data/`.
 {shown}"""
+
+
+class DatasetFormatError(ValueError):
+    """A dataset directory that `load` cannot use; the message names the file and the field."""
+
+
+def load(path: str | os.PathLike):
+    """(DatasetDict, {workload key: Workload}) of a directory written by `save`."""
+    import datasets
+
+    path = Path(path)
+    if not (path / "dataset_dict.json").is_file():
+        raise DatasetFormatError(f"{path}: not a dataset directory (no dataset_dict.json; "
+                                 "write one with `dragonlab dataset build`)")
+    dsd = datasets.load_from_disk(str(path))
+    for split, ds in dsd.items():
+        missing = [c for c in ("task", "prompt", "completion", "workload", "target") if c not in ds.column_names]
+        if missing:
+            raise DatasetFormatError(f"{path}/{split}: missing column(s) {', '.join(missing)}")
+        tasks = set(ds.unique("task")) - set(TASKS)
+        if tasks:
+            raise DatasetFormatError(f"{path}/{split}: field task: unknown value(s) {sorted(tasks)}")
+    workloads = RecordStore(path).workloads()  # same format and checks as a record store's
+    unknown = {k for ds in dsd.values() for k in ds.unique("workload")} - set(workloads)
+    if unknown:
+        raise DatasetFormatError(f"{path}/workloads.jsonl: no workload for key(s) {sorted(unknown)[:3]}")
+    return dsd, workloads

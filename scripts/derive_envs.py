@@ -2,6 +2,7 @@
 
     python scripts/derive_envs.py          # rewrite the derived files
     python scripts/derive_envs.py --check  # exit 1 if they differ from what pyproject.toml says
+    python scripts/derive_envs.py --no-deps  # print the packages to install with pip --no-deps
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ def pip_requirements() -> list[str]:
     return project["dependencies"] + project["optional-dependencies"]["test"]
 
 
+def no_deps_requirements() -> list[str]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["dragonlab"]["no-deps"]
+
+
 def environment_yml(*, install_self: bool) -> str:
-    lines = [HEADER, "name: dragonlab\n", "channels:\n  - conda-forge\n", "dependencies:\n",
+    lines = [HEADER, f"# Then: pip install --no-deps {' '.join(no_deps_requirements())}\n", "name: dragonlab\n", "channels:\n  - conda-forge\n", "dependencies:\n",
              f"  - python={PYTHON}\n", "  - pip\n", "  - pip:\n"]
     lines += [f"    - {req}\n" for req in pip_requirements()]
     if install_self:
@@ -29,9 +34,11 @@ def environment_yml(*, install_self: bool) -> str:
     return "".join(lines)
 
 
-POST_BUILD = HEADER + """set -euo pipefail
-# repo2docker installed the pinned dependencies from binder/environment.yml; add dragonlab itself.
-python -m pip install --no-deps -e .
+def post_build() -> str:
+    return HEADER + f"""set -euo pipefail
+# repo2docker installed the pinned dependencies from binder/environment.yml; add dragonlab itself
+# and the packages pyproject.toml installs without their dependencies.
+python -m pip install --no-deps -e . {' '.join(no_deps_requirements())}
 """
 
 
@@ -39,11 +46,14 @@ def derived() -> dict[Path, str]:
     return {
         ROOT / "environment.yml": environment_yml(install_self=True),
         ROOT / "binder" / "environment.yml": environment_yml(install_self=False),
-        ROOT / "binder" / "postBuild": "#!/usr/bin/env bash\n" + POST_BUILD,
+        ROOT / "binder" / "postBuild": "#!/usr/bin/env bash\n" + post_build(),
     }
 
 
 def main() -> int:
+    if "--no-deps" in sys.argv[1:]:
+        print(" ".join(no_deps_requirements()))
+        return 0
     check = "--check" in sys.argv[1:]
     stale = []
     for path, text in derived().items():

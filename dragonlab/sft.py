@@ -1,0 +1,222 @@
+"""Supervised fine-tuning on construction and refinement examples, with trl's SFTTrainer.
+
+    run = sft.train("runs/demo/dataset", "runs/demo/sft", SFTConfig(preset="scratch-small"))
+
+The loss is on completions only (the script; the prompt names the task). Every `eval_steps`
+the model writes one script for each of the first `eval_examples` validation examples, and the
+evaluator judges them: the logged `correct` is per-attempt correctness, the paper's measure.
+
+Output directory:
+
+    run.json         the config of the run (a rerun must match it, or it is refused)
+    tokenizer/       the BPE tokenizer of a scratch preset
+    checkpoints/     Trainer checkpoints; a rerun resumes from the newest complete one
+    log.jsonl        append-only: {"step", "loss", ...} and {"step", "eval": {...}} lines
+    model/           the final model (full, or a LoRA adapter), written atomically
+
+A checkpoint counts as complete once `trainer_state.json`, the last file the Trainer writes,
+is in it; an incomplete one (a kill during the save) is removed before resuming. After a
+resume the steps since the last checkpoint are trained and logged again: readers of
+`log.jsonl` keep the last line per step (`read_log` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dragonlab.records import write_atomic
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    preset: str = field(default="scratch-small", metadata={"help": "a preset of dragonlab.models or a local checkpoint"})
+    max_steps: int | None = field(default=None, metadata={"help": "optimizer steps; None = the preset's"})
+    learning_rate: float | None = field(default=None, metadata={"help": "peak learning rate; None = the preset's"})
+    batch_size: int | None = field(default=None, metadata={"help": "examples per step; None = the preset's"})
+    max_length: int = field(default=2048, metadata={"help": "tokens of prompt + completion; longer ones are dropped"})
+    warmup_ratio: float = field(default=0.05, metadata={"help": "share of steps with a rising learning rate"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
+    save_steps: int = field(default=100, metadata={"help": "checkpoint every this many steps"})
+    logging_steps: int = field(default=10, metadata={"help": "log the loss every this many steps"})
+    eval_steps: int = field(default=0, metadata={"help": "judge validation attempts every this many steps; 0 = off"})
+    eval_examples: int = field(default=16, metadata={"help": "validation examples judged at each evaluation"})
+    eval_split: str = field(default="validation", metadata={"help": "the split judged during training"})
+    seed: int = field(default=0, metadata={"help": "seeds initialisation, shuffling and sampling"})
+    threads: int = field(default=1, metadata={"help": "torch threads (1 is fastest on a shared 2-core machine)"})
+
+    def __post_init__(self):
+        for name in ("max_steps", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"SFTConfig.{name} must be positive, got {value}")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ValueError(f"SFTConfig.learning_rate must be positive, got {self.learning_rate}")
+        if self.max_length < 16:
+            raise ValueError(f"SFTConfig.max_length must be at least 16, got {self.max_length}")
+
+
+@dataclass(frozen=True)
+class SFTRun:
+    out: Path
+    model_dir: Path
+    steps: int
+    resumed_from: int | None  # the checkpoint step it resumed from
+    log: list[dict]
+
+
+def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = SFTConfig(), *,
+          progress: bool = True, evaluator=None) -> SFTRun:
+    """Fine-tune (or resume fine-tuning) on the dataset at `data`, into the directory `out`."""
+    import torch
+    import trl
+    from transformers import PreTrainedTokenizerFast, TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+
+    from dragonlab import dataset, models
+
+    torch.set_num_threads(config.threads)
+    out = Path(out)
+    dsd, workloads = dataset.load(data)
+    if "train" not in dsd:
+        raise ValueError(f"{data}: the dataset has no train split")
+    preset = models.get_preset(config.preset)
+    _claim(out, config, data)
+
+    train_rows = dsd["train"].select_columns(["prompt", "completion"])
+    if preset.source == "scratch":
+        tok_dir = out / "tokenizer"
+        if not (tok_dir / "tokenizer.json").is_file():
+            texts = [t for row in train_rows for t in (row["prompt"], row["completion"])]
+            tokenizer = models.train_tokenizer(texts, preset.vocab_size)
+            tokenizer.save_pretrained(str(tok_dir) + ".tmp")
+            shutil.rmtree(tok_dir, ignore_errors=True)
+            os.rename(str(tok_dir) + ".tmp", tok_dir)
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(tok_dir)
+        model = models.scratch_model(preset, tokenizer, max_length=config.max_length, seed=config.seed)
+    else:
+        model, tokenizer = models.pretrained(preset, progress=progress)
+
+    # Examples longer than max_length are dropped rather than truncated: a cut script teaches
+    # the model to stop mid-script.
+    lengths = [len(tokenizer(r["prompt"] + r["completion"])["input_ids"]) + 1 for r in train_rows]
+    keep = [i for i, n in enumerate(lengths) if n <= config.max_length]
+    if not keep:
+        raise ValueError(f"{data}: every train example is longer than max_length={config.max_length} tokens "
+                         f"(shortest: {min(lengths)})")
+    train_rows = train_rows.select(keep)
+
+    log_path = out / "log.jsonl"
+    checkpoints = out / "checkpoints"
+    resume = _last_complete_checkpoint(checkpoints)
+    batch = config.batch_size or preset.batch_size
+    args = trl.SFTConfig(
+        output_dir=str(checkpoints), max_steps=config.max_steps or preset.max_steps,
+        per_device_train_batch_size=batch, learning_rate=config.learning_rate or preset.learning_rate,
+        lr_scheduler_type="cosine", warmup_steps=config.warmup_ratio, weight_decay=config.weight_decay,
+        logging_steps=config.logging_steps, save_steps=config.save_steps, save_total_limit=2,
+        max_length=config.max_length, completion_only_loss=True, gradient_checkpointing=False,
+        use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none", seed=config.seed,
+        dataloader_num_workers=0, disable_tqdm=not progress, save_only_model=False)
+
+    class Log(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and state.is_world_process_zero:
+                _append(log_path, {"step": state.global_step, **logs})
+
+    class Judge(TrainerCallback):
+        """Per-attempt correctness on validation examples, through the evaluator."""
+
+        def __init__(self):
+            self.evaluator = evaluator
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if config.eval_steps and (state.global_step % config.eval_steps == 0 or
+                                      state.global_step == state.max_steps):
+                self.judge(model, state.global_step)
+
+        def judge(self, model, step):
+            from dragonlab.attempts import evaluate_attempts, summary
+            from dragonlab.evaluate import Evaluator
+
+            if config.eval_split not in dsd:
+                _append(log_path, {"step": step, "eval": None, "reason": f"no {config.eval_split} split"})
+                return
+            rows = [dict(r, index=i) for i, r in enumerate(dsd[config.eval_split])][:config.eval_examples]
+            scripts = models.generate(model, tokenizer, [r["prompt"] for r in rows], n=1, temperature=0,
+                                      max_new_tokens=config.max_length // 2)
+            if self.evaluator is None:
+                self.evaluator = Evaluator(rows[0]["target"])
+            attempts = evaluate_attempts(self.evaluator, workloads, rows, scripts, split=config.eval_split)
+            _append(log_path, {"step": step, "eval": summary(attempts)})
+
+    judge = Judge()
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_rows, processing_class=tokenizer,
+                             callbacks=[Log(), judge])
+    if not progress:
+        trainer.remove_callback(PrinterCallback)  # it prints every log line; log.jsonl has them
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    finally:
+        if judge.evaluator is not None and evaluator is None:
+            judge.evaluator.close()
+    model_dir = models.save(trainer.model, tokenizer, out / "model")
+    return SFTRun(out, model_dir, trainer.state.global_step, _step_of(resume) if resume else None, read_log(log_path))
+
+
+def read_log(path: str | os.PathLike) -> list[dict]:
+    """The log's lines, the last one per (step, kind) kept (a resumed run repeats some steps)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    last: dict[tuple, dict] = {}
+    for line in path.read_text().splitlines(keepends=True):
+        if line.endswith("\n"):
+            d = json.loads(line)
+            last[(d.get("step"), "eval" in d, "train_runtime" in d)] = d
+    return sorted(last.values(), key=lambda d: (d.get("step", 0), "eval" in d))
+
+
+def _claim(out: Path, config: SFTConfig, data) -> None:
+    """Make `out` this run's directory: a new one, or one holding the same config (a resume)."""
+    run = {"config": asdict(config), "data": str(Path(data).resolve())}
+    meta = out / "run.json"
+    if meta.exists():
+        old = json.loads(meta.read_text())
+        if old != run:
+            raise FileExistsError(f"{out} holds another run ({meta} differs: {_diff(old, run)}); "
+                                  "choose a new --out or rerun with the same settings to resume")
+        return
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not a dragonlab sft run; choose a new --out")
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(meta, json.dumps(run, indent=1) + "\n")
+
+
+def _diff(old: dict, new: dict) -> str:
+    flat = lambda d: {**{f"config.{k}": v for k, v in d["config"].items()}, "data": d["data"]}  # noqa: E731
+    a, b = flat(old), flat(new)
+    return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+
+
+def _step_of(checkpoint: Path) -> int:
+    return int(checkpoint.name.rsplit("-", 1)[1])
+
+
+def _last_complete_checkpoint(folder: Path) -> Path | None:
+    if not folder.is_dir():
+        return None
+    found = sorted((p for p in folder.glob("checkpoint-*") if p.name.rsplit("-", 1)[1].isdigit()), key=_step_of)
+    complete = [p for p in found if (p / "trainer_state.json").is_file()]
+    for p in found:
+        if p not in complete:
+            shutil.rmtree(p)  # cut short by a kill during the save
+    return complete[-1] if complete else None
+
+
+def _append(path: Path, obj: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")

@@ -1,0 +1,149 @@
+"""Models and supervised fine-tuning on real datasets: a scratch model that learns to write
+scripts that decode, resume after a kill, SmolLM2 with LoRA offline, attempts judged by the
+evaluator, and clear errors for bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dragonlab import codec, dataset, models
+from dragonlab.attempts import Attempt, read_attempts, sample_and_evaluate, summary
+from dragonlab.cli import main
+from dragonlab.evaluate import Evaluator
+from dragonlab.sft import SFTConfig, read_log, train
+
+TINY = dict(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000)
+
+
+@pytest.fixture(scope="module")
+def data(collected, tmp_path_factory):
+    """The session's matmul + softmax records as 4 examples (one of each task per workload), all in train."""
+    out = tmp_path_factory.mktemp("sft_data") / "ds"
+    assert main(["dataset", "build", "--records", str(collected[0]), "--out", str(out), "--top-k", "1",
+                 "--pairs-per-workload", "1", "--validation", "0", "--test", "0"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny(data, tmp_path_factory):
+    """scratch-tiny trained until it has learned the few examples by heart."""
+    out = tmp_path_factory.mktemp("sft_tiny") / "run"
+    start = time.monotonic()
+    run = train(data, out, SFTConfig(**TINY, max_steps=100), progress=False)
+    return run, time.monotonic() - start
+
+
+def test_scratch_tiny_trains_in_under_two_minutes_and_its_scripts_decode(tiny, data):
+    run, seconds = tiny
+    assert seconds < 120, f"scratch-tiny took {seconds:.0f} s"
+    losses = [d["loss"] for d in run.log if "loss" in d]
+    assert losses[-1] < losses[0] / 20, losses
+    model, tokenizer = models.load(run.model_dir)
+    dsd, _ = dataset.load(data)
+    rows = dsd["train"].to_list()
+    scripts = models.generate(model, tokenizer, [r["prompt"] for r in rows], temperature=0)
+    decoded = 0
+    for (script,) in scripts:
+        try:
+            codec.decode(script)
+            decoded += 1
+        except codec.CodecError:
+            pass
+    assert decoded == len(rows), f"{decoded}/{len(rows)} generated scripts decode"
+
+
+def test_generate_returns_n_samples_per_prompt_within_the_context(tiny, data):
+    model, tokenizer = models.load(tiny[0].model_dir)
+    dsd, _ = dataset.load(data)
+    prompts = dsd["train"]["prompt"][:3]
+    out = models.generate(model, tokenizer, prompts, n=2, temperature=1.0, max_new_tokens=10_000, batch_size=4,
+                          seed=0)
+    assert [len(x) for x in out] == [2, 2, 2]
+    assert all(isinstance(s, str) for x in out for s in x)
+
+
+def test_attempts_are_judged_appended_and_resumed(tiny, data, tmp_path):
+    model, tokenizer = models.load(tiny[0].model_dir)
+    dsd, workloads = dataset.load(data)
+    path = tmp_path / "attempts.jsonl"
+    with Evaluator("cpu") as evaluator:
+        first = sample_and_evaluate(model, tokenizer, evaluator, dsd, workloads, split="train", n=2,
+                                    temperature=0.7, limit=3, out=path, progress=False)
+        lines = path.read_text().splitlines()
+        assert len(first) == len(lines) == 6
+        again = sample_and_evaluate(model, tokenizer, evaluator, dsd, workloads, split="train", n=2,
+                                    temperature=0.7, limit=3, out=path, progress=False)
+    assert path.read_text().splitlines() == lines  # nothing generated or written twice
+    assert [a.to_json() for a in again] == [a.to_json() for a in first]
+    assert read_attempts(path) == first and Attempt.from_json(first[0].to_json()) == first[0]
+    rows = {r["task"]: r for r in summary(first)}
+    assert rows["all"]["attempts"] == 6
+    assert rows["all"]["correct"] == sum(a.evaluation.correct for a in first) / 6
+    stopped = sum(rows["all"]["stopped_at"].values())
+    assert stopped == sum(not a.evaluation.correct or a.evaluation.stage == "time" for a in first)
+
+
+def test_sft_resumes_from_the_last_checkpoint_after_a_kill(data, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "dragonlab.cli", "sft", "--preset", "scratch-tiny", "--data", str(data),
+           "--out", str(out), "--max-steps", "40", "--save-steps", "10", "--batch-size", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not (out / "checkpoints" / "checkpoint-20" / "trainer_state.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "no second checkpoint"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "model").exists()
+    before = read_log(out / "log.jsonl")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed from step 20" in done.stdout or "resumed from step 30" in done.stdout, done.stdout
+    log = read_log(out / "log.jsonl")
+    steps = [d["step"] for d in log if "loss" in d]
+    assert steps == list(range(10, 41, 10)) or steps == list(range(5, 41, 5)), steps
+    assert all(d in log for d in before if "loss" in d and d["step"] <= 20)  # what was logged is kept
+    assert (out / "model" / "config.json").is_file()
+
+
+def test_sft_refuses_a_directory_of_another_run_and_overwrites_nothing(data, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["sft", "--preset", "scratch-tiny", "--data", str(data), "--out", str(out)]) == 2
+    assert "not a dragonlab sft run" in capsys.readouterr().err
+    (out / "notes.txt").unlink()
+    (out / "run.json").write_text(json.dumps({"config": {**SFTConfig().__dict__, "preset": "scratch-small"},
+                                              "data": str(data.resolve())}))
+    assert main(["sft", "--preset", "scratch-tiny", "--data", str(data), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "config.preset: 'scratch-small' -> 'scratch-tiny'" in err
+    assert sorted(p.name for p in out.iterdir()) == ["run.json"]
+
+
+def test_bad_dataset_and_settings_get_one_clear_error(data, tmp_path, capsys):
+    assert main(["sft", "--data", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "not a dataset directory" in capsys.readouterr().err
+    assert main(["sft", "--data", str(data), "--out", str(tmp_path / "o"), "--max-steps", "0"]) == 2
+    assert "max_steps must be positive" in capsys.readouterr().err
+    assert main(["sft", "--preset", "gpt-17", "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    assert "unknown preset 'gpt-17'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_smollm2_lora_trains_a_few_steps_offline(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = train(data, tmp_path / "run", SFTConfig(preset="smollm2-135m-lora", max_steps=2, batch_size=1,
+                                                  logging_steps=1, max_length=2048), progress=False)
+    assert (run.model_dir / "adapter_config.json").is_file()
+    assert [d["step"] for d in run.log if "loss" in d] == [1, 2]
+    model, tokenizer = models.load(run.model_dir)
+    (script,), = models.generate(model, tokenizer, ["task: construction\n"], temperature=0, max_new_tokens=4)
+    assert isinstance(script, str)
