@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import shutil
 import statistics
+import sys
 import tempfile
 import uuid
 from collections import OrderedDict
@@ -378,6 +379,11 @@ def _postprocs(target_config: dict) -> list:
         from tvm import te
         from tvm.target import Target
 
+        if _plain_llvm(target_config):
+            # What a TuneContext picks for an llvm target without CPU features, without the
+            # TuneContext's 20 s tensor-intrinsic import (tests/test_evaluate.py compares the two).
+            _POSTPROCS[name] = list(ms.postproc.Postproc.create("llvm"))
+            return _POSTPROCS[name]
         a = te.placeholder((1,), name="a")
         dummy = te.create_prim_func([a, te.compute((1,), lambda i: a[i], name="b")])
         ctx = ms.TuneContext(mod=dummy, target=Target(target_config), space_generator="post-order-apply",
@@ -386,9 +392,14 @@ def _postprocs(target_config: dict) -> list:
     return _POSTPROCS[name]
 
 
+def _plain_llvm(target_config: dict) -> bool:
+    """An llvm target that names no CPU or features: MetaSchedule's "llvm" rule kind, no tensorization."""
+    return target_config.get("kind") == "llvm" and not {"mcpu", "mattr", "mtriple"} & set(target_config)
+
+
 def prepare_worker(target_config: dict, *, progress) -> None:
-    """A fresh worker's one-off work: TVM's tensor-intrinsic import (16-60 s) and the target's
-    post-processors, so that no script is charged for them."""
+    """A fresh worker's one-off work: the target's post-processors (for a target with tensor
+    intrinsics, TVM's 16-60 s import of them), so that no script is charged for it."""
     progress("setup")
     _postprocs(target_config)
 
@@ -485,7 +496,15 @@ def check_script(key: str, mod_json: str, target_config: dict, plain: list, job:
     progress("apply")
     sch = Schedule(mod, seed=1)
     try:
-        Trace.apply_json_to_schedule(design, sch)
+        try:
+            Trace.apply_json_to_schedule(design, sch)
+        except Exception as e:
+            if "TensorIntrin" not in str(e) or "tvm.s_tir.tensor_intrin" in sys.modules:
+                raise
+            import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics a tensorize names)
+
+            sch = Schedule(mod, seed=1)
+            Trace.apply_json_to_schedule(design, sch)
     except Exception as e:
         return stop("apply", _one_line(e))
     repairs = ["decisions"] if _decisions(to_plain(sch.trace)) != _decisions(design) else []

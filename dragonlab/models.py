@@ -44,7 +44,7 @@ class Preset:
 
 
 PRESETS = {
-    "scratch-tiny": Preset("scratch-tiny", "scratch", vocab_size=512, max_steps=120, learning_rate=3e-3,
+    "scratch-tiny": Preset("scratch-tiny", "scratch", vocab_size=512, max_steps=160, learning_rate=3e-3,
                            model=dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=4)),
     "scratch-small": Preset("scratch-small", "scratch", vocab_size=1024, max_steps=800, learning_rate=1.5e-3,

@@ -222,3 +222,16 @@ def test_a_kernel_whose_timing_fails_is_correct_without_a_latency(records):
         e = ev.evaluate(w, r.trace)
     assert e.stage == "time" and e.correct and e.latencies is None and "timed out" in e.reason
     assert reward(e) == RewardConfig().correct  # correct, but no bonus without a latency
+
+
+def test_cpu_post_processors_are_the_ones_a_tune_context_picks(quick):
+    import tvm.s_tir.meta_schedule as ms
+
+    from dragonlab.evaluate import _postprocs
+    from dragonlab.targets import get_target
+
+    target = get_target("cpu")
+    ctx = ms.TuneContext(mod=quick["matmul"].mod, target=target.tvm(), space_generator="post-order-apply")
+    chosen = [type(p).__name__ for p in ctx.space_generator.postprocs]
+    assert [type(p).__name__ for p in _postprocs(target.config)] == chosen
+    assert "RewriteParallelVectorizeUnroll" in chosen

@@ -34,7 +34,7 @@ def tiny(data, tmp_path_factory):
     """scratch-tiny trained until it has learned the few examples by heart."""
     out = tmp_path_factory.mktemp("sft_tiny") / "run"
     start = time.monotonic()
-    run = train(data, out, SFTConfig(**TINY, max_steps=100), progress=False)
+    run = train(data, out, SFTConfig(**TINY, max_steps=160), progress=False)
     return run, time.monotonic() - start
 
 
