@@ -110,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _dataset_commands(sub)
     _model_commands(sub)
+    _rl_commands(sub)
 
     c = sub.add_parser("demo", help="the quick end-to-end pipeline on the CPU")
     c.add_argument("--out", type=Path, default=Path("runs/demo"))
@@ -448,6 +449,98 @@ def _model_commands(sub) -> None:
     c.add_argument("--out", type=Path, required=True, help="attempts file (JSON lines; appended)")
     c.add_argument("--seed", type=int, default=0)
     c.set_defaults(run=_attempts)
+
+
+def _rl_commands(sub) -> None:
+    c = sub.add_parser("rl", help="GRPO with the shaped reward, from an SFT run",
+                       description="Reinforcement learning with trl's GRPOTrainer: scripts sampled in groups, "
+                                   "judged by the evaluator, rewarded by RewardConfig (correctness first, a "
+                                   "latency bonus only for correct kernels). Rerunning the same command resumes.")
+    c.add_argument("--from", dest="source", type=Path, required=True, help="an SFT run directory or a model directory")
+    c.add_argument("--data", type=Path, required=True, help="a directory written by `dataset build`")
+    c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")
+    c.add_argument("--max-steps", type=int, help="optimizer steps (default 60)")
+    c.add_argument("--learning-rate", type=float, help="default 2e-5")
+    c.add_argument("--num-generations", type=int, help="scripts per prompt, the GRPO group (default 4)")
+    c.add_argument("--prompts-per-step", type=int, help="default 2")
+    c.add_argument("--beta", type=float, help="KL coefficient (default 0.04; 0 = no reference model)")
+    c.add_argument("--temperature", type=float, help="rollout temperature (default 1.0)")
+    c.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 20)")
+    c.add_argument("--seed", type=int, help="default 0")
+    c.set_defaults(run=_rl)
+
+    c = sub.add_parser("compare", help="two models' kernels on held-out prompts: faster beyond measured noise?",
+                       description="One attempt per prompt and model under a fixed seed, judged by one evaluator; "
+                                   "a noise threshold measured by re-timing the first model's correct kernels; "
+                                   "wins, losses and ties where both are correct, with a sign test.")
+    c.add_argument("--a", type=Path, required=True, help="the baseline model directory (e.g. runs/demo/sft/model)")
+    c.add_argument("--b", type=Path, required=True, help="the challenger model directory (e.g. runs/demo/rl/model)")
+    c.add_argument("--data", type=Path, required=True)
+    c.add_argument("--split", nargs="+", default=["test", "test_family"], help="held-out splits")
+    c.add_argument("--temperature", type=float, default=0.8)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--limit", type=int, default=None, help="only the first N examples of each split")
+    c.add_argument("--out", type=Path, required=True, help="directory for both models' attempts (appended)")
+    c.set_defaults(run=_compare)
+
+
+def _rl(args) -> int:
+    from dragonlab.rl import RLConfig, train
+
+    options = ("max_steps", "learning_rate", "num_generations", "prompts_per_step", "beta", "temperature",
+               "save_steps", "seed")
+    config = RLConfig(**{name: getattr(args, name) for name in options if getattr(args, name) is not None})
+    start = time.monotonic()
+    run = train(args.source, args.data, args.out, config)
+    rewards = [d["reward"] for d in run.log if "reward" in d]
+    resumed = f", resumed from step {run.resumed_from}" if run.resumed_from else ""
+    tail = rewards[-10:]
+    print(f"GRPO for {run.steps} steps in {time.monotonic() - start:.0f} s{resumed}; mean reward of the last "
+          f"{len(tail)} steps {sum(tail) / max(1, len(tail)):.3f} -> {run.model_dir}")
+    return 0
+
+
+def _compare(args) -> int:
+    import json
+    import os
+
+    import torch
+
+    from dragonlab import dataset, models
+    from dragonlab.attempts import format_summary, sample_and_evaluate, summary
+    from dragonlab.compare import compare, format_comparison, noise_threshold
+    from dragonlab.evaluate import Evaluator
+    from dragonlab.records import write_atomic
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dsd, workloads = dataset.load(args.data)
+    splits = [s for s in args.split if s in dsd]
+    if not splits:
+        raise UsageError(f"the dataset has none of the splits {args.split} (it has {', '.join(dsd)})")
+    targets = {t for s in splits for t in dsd[s]["target"]}
+    if len(targets) != 1:
+        raise UsageError(f"splits {splits} mix targets {sorted(targets)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    judged = {}
+    with Evaluator(targets.pop()) as evaluator:
+        for name, path in (("a", args.a), ("b", args.b)):
+            model, tokenizer = models.load(path)
+            judged[name] = [a for split in splits for a in sample_and_evaluate(
+                model, tokenizer, evaluator, dsd, workloads, split=split, n=1, temperature=args.temperature,
+                limit=args.limit, out=args.out / f"attempts-{name}.jsonl", seed=args.seed)]
+            print(f"{name} = {path}\n{format_summary(summary(judged[name]))}\n")
+        rows = {s: [dict(r, index=i) for i, r in enumerate(dsd[s])] for s in splits}
+        threshold, retimed = 0.0, 0
+        for split in splits:
+            t, k = noise_threshold(evaluator, workloads, [x for x in judged["a"] if x.split == split], rows[split])
+            threshold, retimed = max(threshold, t), retimed + k
+    table = compare(judged["a"], judged["b"], threshold)
+    print(f"noise threshold {threshold:.1%}: the 95th percentile of |change| over {retimed} kernels timed twice")
+    print(format_comparison(table))
+    write_atomic(args.out / "comparison.json", json.dumps({"a": str(args.a), "b": str(args.b), "splits": splits,
+                                                           "retimed": retimed, "rows": [r.__dict__ for r in table]},
+                                                          indent=1) + "\n")
+    return 0
 
 
 def _sft(args) -> int:

@@ -242,6 +242,10 @@ class Evaluator:
         while len(self._cache) > self.config.cache_size:
             self._cache.popitem(last=False)
 
+    def clear_cache(self) -> None:
+        """Forget every evaluation: the next ones are judged and timed again (noise estimates)."""
+        self._cache.clear()
+
     def worker_pids(self) -> list[int]:
         return self.pool.pids() + ([self.timer.pid] if self.timer.pid else [])
 

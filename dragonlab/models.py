@@ -164,8 +164,9 @@ def save(model, tokenizer, out: Path) -> Path:
     return out
 
 
-def load(path: str | Path):
-    """(model, tokenizer) from a directory written by `save`, or any local Hugging Face checkpoint."""
+def load(path: str | Path, *, trainable: bool = False):
+    """(model, tokenizer) from a directory written by `save`, or any local Hugging Face checkpoint.
+    `trainable` leaves a LoRA adapter's weights trainable and the model in training mode."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -178,10 +179,10 @@ def load(path: str | Path):
     if (path / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch.float32, is_trainable=trainable)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    return model.eval(), tokenizer
+    return model.train(trainable), tokenizer
 
 
 def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,

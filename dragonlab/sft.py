@@ -85,6 +85,9 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
         raise ValueError(f"{data}: the dataset has no train split")
     preset = models.get_preset(config.preset)
     _claim(out, config, data)
+    if (out / "model").is_dir():  # this run finished before: nothing to train
+        log = read_log(out / "log.jsonl")
+        return SFTRun(out, out / "model", max((d.get("step", 0) for d in log), default=0), None, log)
 
     train_rows = dsd["train"].select_columns(["prompt", "completion"])
     if preset.source == "scratch":
@@ -180,9 +183,10 @@ def read_log(path: str | os.PathLike) -> list[dict]:
     return sorted(last.values(), key=lambda d: (d.get("step", 0), "eval" in d))
 
 
-def _claim(out: Path, config: SFTConfig, data) -> None:
-    """Make `out` this run's directory: a new one, or one holding the same config (a resume)."""
-    run = {"config": asdict(config), "data": str(Path(data).resolve())}
+def _claim(out: Path, config, data, **extra) -> None:
+    """Make `out` this run's directory: a new one, or one holding the same config (a resume).
+    Shared by the SFT and RL runs (`config` is their dataclass; `extra` what else fixes the run)."""
+    run = {"config": asdict(config), "data": str(Path(data).resolve()), **extra}
     meta = out / "run.json"
     if meta.exists():
         old = json.loads(meta.read_text())
@@ -191,13 +195,14 @@ def _claim(out: Path, config: SFTConfig, data) -> None:
                                   "choose a new --out or rerun with the same settings to resume")
         return
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not a dragonlab sft run; choose a new --out")
+        raise FileExistsError(f"{out} exists and is not a dragonlab run directory; choose a new --out")
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(meta, json.dumps(run, indent=1) + "\n")
 
 
 def _diff(old: dict, new: dict) -> str:
-    flat = lambda d: {**{f"config.{k}": v for k, v in d["config"].items()}, "data": d["data"]}  # noqa: E731
+    flat = lambda d: {**{f"config.{k}": v for k, v in d["config"].items()},  # noqa: E731
+                      **{k: v for k, v in d.items() if k != "config"}}
     a, b = flat(old), flat(new)
     return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
 

@@ -10,9 +10,11 @@ import time
 
 import pytest
 
+from dragonlab.cli import main
 from dragonlab.collect import CollectConfig, collect
 from dragonlab.measure import RunnerUnavailableError, check_tracker
 from dragonlab.records import RecordStore
+from dragonlab.sft import SFTConfig, train
 from dragonlab.targets import get_target
 from dragonlab.workloads import suite
 
@@ -31,6 +33,25 @@ def collected(tmp_path_factory, quick):
     summary = collect(workloads, get_target("cpu"), RecordStore(root, create=True),
                       CollectConfig(trials=8, trials_per_round=4), progress=False)
     return root, workloads, summary
+
+
+@pytest.fixture(scope="session")
+def data(collected, tmp_path_factory):
+    """The session's matmul + softmax records as 4 examples (one of each task per workload), all in train."""
+    out = tmp_path_factory.mktemp("sft_data") / "ds"
+    assert main(["dataset", "build", "--records", str(collected[0]), "--out", str(out), "--top-k", "1",
+                 "--pairs-per-workload", "1", "--validation", "0", "--test", "0"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny(data, tmp_path_factory):
+    """scratch-tiny trained until it has learned the few examples by heart."""
+    out = tmp_path_factory.mktemp("sft_tiny") / "run"
+    start = time.monotonic()
+    config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=160)
+    run = train(data, out, config, progress=False)
+    return run, time.monotonic() - start
 
 
 def free_port() -> int:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from dragonlab import codec, dataset, models
 from dragonlab.attempts import Attempt, read_attempts, sample_and_evaluate, summary
@@ -17,30 +16,10 @@ from dragonlab.cli import main
 from dragonlab.evaluate import Evaluator
 from dragonlab.sft import SFTConfig, read_log, train
 
-TINY = dict(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000)
 
-
-@pytest.fixture(scope="module")
-def data(collected, tmp_path_factory):
-    """The session's matmul + softmax records as 4 examples (one of each task per workload), all in train."""
-    out = tmp_path_factory.mktemp("sft_data") / "ds"
-    assert main(["dataset", "build", "--records", str(collected[0]), "--out", str(out), "--top-k", "1",
-                 "--pairs-per-workload", "1", "--validation", "0", "--test", "0"]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny(data, tmp_path_factory):
-    """scratch-tiny trained until it has learned the few examples by heart."""
-    out = tmp_path_factory.mktemp("sft_tiny") / "run"
-    start = time.monotonic()
-    run = train(data, out, SFTConfig(**TINY, max_steps=160), progress=False)
-    return run, time.monotonic() - start
-
-
-def test_scratch_tiny_trains_in_under_two_minutes_and_its_scripts_decode(tiny, data):
-    run, seconds = tiny
-    assert seconds < 120, f"scratch-tiny took {seconds:.0f} s"
+def test_scratch_tiny_learns_its_examples_and_its_scripts_decode(tiny, data):
+    # How long it trains is reported by --durations (the `tiny` fixture's setup), not asserted here.
+    run, _ = tiny
     losses = [d["loss"] for d in run.log if "loss" in d]
     assert losses[-1] < losses[0] / 20, losses
     model, tokenizer = models.load(run.model_dir)
@@ -118,7 +97,7 @@ def test_sft_refuses_a_directory_of_another_run_and_overwrites_nothing(data, tmp
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     assert main(["sft", "--preset", "scratch-tiny", "--data", str(data), "--out", str(out)]) == 2
-    assert "not a dragonlab sft run" in capsys.readouterr().err
+    assert "not a dragonlab run directory" in capsys.readouterr().err
     (out / "notes.txt").unlink()
     (out / "run.json").write_text(json.dumps({"config": {**SFTConfig().__dict__, "preset": "scratch-small"},
                                               "data": str(data.resolve())}))

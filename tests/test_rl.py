@@ -1,0 +1,81 @@
+"""RL with the shaped reward: the reward wiring on real evaluations, GRPO from the tiny SFT
+model with its components logged and a resume, and the RL-vs-SFT comparison's arithmetic."""
+
+import math
+import shutil
+
+import pytest
+
+from dragonlab import dataset
+from dragonlab.attempts import Attempt
+from dragonlab.cli import main
+from dragonlab.compare import compare, sign_test
+from dragonlab.evaluate import OK, Evaluation, Evaluator
+from dragonlab.reward import RewardConfig, reward
+from dragonlab.rl import RLConfig, ShapedReward, train
+
+
+def test_shaped_reward_judges_each_script_and_logs_the_components(data):
+    dsd, workloads = dataset.load(data)
+    rows = dsd["train"].to_list()
+    construction = next(r for r in rows if r["task"] == "construction")
+    refinement = next(r for r in rows if r["task"] == "refinement")
+    picked = [construction, construction, refinement]
+    completions = [construction["completion"], "get C\nloops b0 >3\ntile l9 =[1]", refinement["completion"]]
+    logged = {}
+    with Evaluator("cpu") as evaluator:
+        fn = ShapedReward(evaluator, workloads)
+        rewards = fn([r["prompt"] for r in picked], completions, workload=[r["workload"] for r in picked],
+                     task=[r["task"] for r in picked], input_script=[r["input_script"] for r in picked],
+                     log_metric=logged.__setitem__, trainer_state=None)
+    stages = [e.stage for e in fn.last]
+    assert stages[0] == OK and stages[2] == OK and stages[1] in ("decode", "apply")
+    assert rewards == [reward(e) for e in fn.last]
+    assert rewards[0] >= RewardConfig().correct - RewardConfig().bonus_weight and rewards[1] < 0
+    assert fn.last[2].reference_latency is not None  # refinement: against the input script, timed here
+    assert logged["dragonlab/correct"] == pytest.approx(2 / 3)
+    assert logged[f"dragonlab/stopped_at_{stages[1]}"] == pytest.approx(1 / 3)
+    assert set(logged) >= {"dragonlab/exact", "dragonlab/mean_bonus"}
+
+
+def test_grpo_from_the_tiny_sft_model_logs_rewards_and_resumes(tiny, data, tmp_path):
+    config = RLConfig(max_steps=2, num_generations=2, prompts_per_step=1, save_steps=1, max_completion_length=384)
+    with Evaluator("cpu") as evaluator:
+        run = train(tiny[0].out, data, tmp_path / "rl", config, progress=False, evaluator=evaluator)
+        assert run.steps == 2 and (run.model_dir / "config.json").is_file()
+        steps = [d for d in run.log if "reward" in d]
+        assert [d["step"] for d in steps] == [1, 2]
+        for d in steps:
+            shares = [v for k, v in d.items() if k.startswith("dragonlab/stopped_at_")] + [d["dragonlab/correct"]]
+            assert math.isclose(sum(shares), 1.0) or d["dragonlab/stopped_at_time"] > 0
+            assert -1.0 <= d["reward"] <= 1.5
+        shutil.rmtree(run.model_dir)  # as if killed after the first checkpoint
+        shutil.rmtree(tmp_path / "rl" / "checkpoints" / "checkpoint-2")
+        again = train(tiny[0].out, data, tmp_path / "rl", config, progress=False, evaluator=evaluator)
+        finished = train(tiny[0].out, data, tmp_path / "rl", config, progress=False, evaluator=evaluator)
+    assert again.resumed_from == 1 and again.steps == 2
+    assert finished.steps == 2 and finished.resumed_from is None  # a finished run is not trained again
+    assert [d["step"] for d in again.log if "reward" in d] == [1, 2]
+
+
+def test_rl_refuses_bad_settings_with_one_clear_error(tiny, data, tmp_path, capsys):
+    assert main(["rl", "--from", str(tiny[0].out), "--data", str(data), "--out", str(tmp_path / "o"),
+                 "--num-generations", "1"]) == 2
+    assert "num_generations must be at least 2" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def _attempt(index: int, latency: float | None) -> Attempt:
+    e = (Evaluation("w", "cpu", OK, latencies=(latency,) * 3, reference_latency=1.0) if latency
+         else Evaluation("w", "cpu", "apply", "no such block"))
+    return Attempt("test", index, 0, "construction", "w", "n", "script", e)
+
+
+def test_compare_counts_wins_beyond_the_threshold_with_a_sign_test():
+    a = [_attempt(0, 1.0), _attempt(1, 1.0), _attempt(2, 1.0), _attempt(3, None), _attempt(4, 1.0)]
+    b = [_attempt(0, 0.5), _attempt(1, 0.97), _attempt(2, 2.0), _attempt(3, 1.0), _attempt(4, None)]
+    (row, total) = compare(a, b, threshold=0.05)
+    assert (row.wins, row.losses, row.ties, row.only_a, row.only_b, row.both_correct) == (1, 1, 1, 1, 1, 3)
+    assert row.correct_a == row.correct_b == 0.8 and total.task == "all"
+    assert sign_test(0, 0) == 1.0 and sign_test(1, 1) == 1.0
+    assert sign_test(9, 1) == pytest.approx(22 / 1024)  # 2 * (C(10,9) + C(10,10)) / 2^10
