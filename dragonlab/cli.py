@@ -460,7 +460,7 @@ def _rl_commands(sub) -> None:
     c.add_argument("--data", type=Path, required=True, help="a directory written by `dataset build`")
     c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")
     c.add_argument("--max-steps", type=int, help="optimizer steps (default 60)")
-    c.add_argument("--learning-rate", type=float, help="default 2e-5")
+    c.add_argument("--learning-rate", type=float, help="default 1e-4")
     c.add_argument("--num-generations", type=int, help="scripts per prompt, the GRPO group (default 4)")
     c.add_argument("--prompts-per-step", type=int, help="default 2")
     c.add_argument("--beta", type=float, help="KL coefficient (default 0.04; 0 = no reference model)")

@@ -27,7 +27,7 @@ from dragonlab.reward import RewardConfig
 @dataclass(frozen=True)
 class RLConfig:
     max_steps: int = field(default=60, metadata={"help": "optimizer steps"})
-    learning_rate: float = field(default=2e-5, metadata={"help": "peak learning rate"})
+    learning_rate: float = field(default=1e-4, metadata={"help": "learning rate (constant after warm-up)"})
     num_generations: int = field(default=4, metadata={"help": "scripts sampled per prompt (the GRPO group)"})
     prompts_per_step: int = field(default=2, metadata={"help": "prompts per step"})
     max_completion_length: int = field(default=640, metadata={"help": "tokens a script may take"})
