@@ -32,7 +32,7 @@ def sft_rate(data: str, preset: str, steps: int, batch: int) -> tuple[float, obj
                                                    logging_steps=steps, save_steps=10 * steps), progress=False)
         logged = next(d for d in run.log if "num_tokens" in d)
         runtime = next(d["train_runtime"] for d in run.log if "train_runtime" in d)
-        model, tokenizer = models.load(run.model_dir)
+        model, tokenizer = models.load(run.model_dir, trainable=True)
     return logged["num_tokens"] / runtime, model, tokenizer
 
 
