@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from dragonlab.progress import progress_bar
 
 from dragonlab.evaluate import STAGES, Evaluation, Evaluator
 from dragonlab.prompts import REFINEMENT, TASKS
@@ -87,8 +87,8 @@ def sample_and_evaluate(model, tokenizer, evaluator: Evaluator, dataset, workloa
     todo = [row for row in rows if (split, row["index"]) not in have]
     attempts = [a for a in done if a.split == split and a.index < len(rows)]
     per_batch = max(1, batch_size // n)
-    with tqdm(total=len(rows), initial=len(rows) - len(todo), unit="example", desc=f"attempts ({split})",
-              disable=not progress) as bar:
+    with progress_bar(total=len(rows), initial=len(rows) - len(todo), unit="example", desc=f"attempts ({split})",
+              progress=progress) as bar:
         for start in range(0, len(todo), per_batch):
             chunk = todo[start:start + per_batch]
             scripts = generate(model, tokenizer, [row["prompt"] for row in chunk], n=n, temperature=temperature,

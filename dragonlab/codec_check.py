@@ -157,10 +157,10 @@ def check_trace(trace, mod) -> TraceCheck:
 def check_records(workloads: dict[str, Workload], records: list[Record], *, progress: bool = True) -> CheckReport:
     """Check every record against its workload's module; the size ratios count the exact records
     whose as_python TVM can print."""
-    from tqdm.auto import tqdm
+    from dragonlab.progress import progress_bar
 
     failures, sizes = [], [0, 0, 0]
-    for index, r in enumerate(tqdm(records, desc="codec check", unit="record", disable=None if progress else True)):
+    for index, r in enumerate(progress_bar(records, desc="codec check", unit="record", progress=progress)):
         w = workloads.get(r.workload)
         result = check_trace(r.trace, w.mod) if w is not None else \
             TraceCheck(False, f"workload {r.workload} is not among the {len(workloads)} workloads read")

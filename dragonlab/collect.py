@@ -15,7 +15,7 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-from tqdm.auto import tqdm
+from dragonlab.progress import progress_bar
 
 import tvm.s_tir.meta_schedule as ms
 from tvm.s_tir import Schedule
@@ -71,7 +71,7 @@ def collect(workloads: list[Workload], target: TargetSpec, store: RecordStore,
     summary = CollectSummary()
     runner = make_runner(config.runner, config.measure, tracker=config.tracker, key=config.key)
     measurer = Measurer(config.measure, runner, device_type=target.device_type)
-    bar = tqdm(total=len(workloads) * config.trials, unit="cand", disable=not progress, file=sys.stderr)
+    bar = progress_bar(total=len(workloads) * config.trials, unit="cand", progress=progress, file=sys.stderr)
     try:
         for w in workloads:
             if done.get((w.key, target.name), 0) >= config.trials:

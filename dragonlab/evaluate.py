@@ -40,7 +40,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from dragonlab.progress import progress_bar
 
 from dragonlab.codec import CodecError, decode, to_plain
 from dragonlab.measure import MeasureConfig, make_runner, run_bounded
@@ -174,7 +174,7 @@ class Evaluator:
             plains[key] = plain
 
         keys = list(pending)
-        bar = tqdm(total=len(keys) * (2 if self.config.time else 1), unit="eval", disable=not progress)
+        bar = progress_bar(total=len(keys) * (2 if self.config.time else 1), unit="eval", progress=progress)
         by_key = {key: items[pending[key][0]][0] for key in keys}
         argsets = [(by_key[k].key, _module_json(by_key[k]), self.target.config, plains[k], self._job_config(),
                     str(self._dir)) for k in keys]

@@ -15,7 +15,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from tqdm.auto import tqdm
+from dragonlab.progress import progress_bar
 
 from dragonlab.codec import encode
 from dragonlab.explore import sample_traces
@@ -141,7 +141,7 @@ def fuzz(n: int, seed: int, evaluator, bases: list[tuple[Workload, str]], *, chu
         name = rng.choice(names)
         cases.append((name, w, MUTATIONS[name](rng, script)))
     report = FuzzReport()
-    for start in tqdm(range(0, n, chunk), disable=not progress, unit="chunk"):
+    for start in progress_bar(range(0, n, chunk), progress=progress, unit="chunk"):
         batch = cases[start:start + chunk]
         try:
             results = evaluator.evaluate_many([(w, s) for _, w, s in batch], progress=False)

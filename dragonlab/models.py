@@ -21,7 +21,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from dragonlab.progress import progress_bar
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>"}
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -111,7 +111,7 @@ def smollm2_checkpoint(*, progress: bool = True) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with tqdm(total=3, desc="smollm2: converting GGUF", disable=not progress) as bar:
+    with progress_bar(total=3, desc="smollm2: converting GGUF", progress=progress) as bar:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
         bar.update()
@@ -200,8 +200,8 @@ def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: f
     out: list[list[str]] = []
     was_training = model.training
     model.eval()
-    with torch.inference_mode(), tqdm(total=len(prompts), unit="prompt", desc="generating",
-                                      disable=not progress) as bar:
+    with torch.inference_mode(), progress_bar(total=len(prompts), unit="prompt", desc="generating",
+                                      progress=progress) as bar:
         for start in range(0, len(prompts), per_batch):
             chunk = prompts[start:start + per_batch]
             enc = tokenizer(chunk, return_tensors="pt", padding=True)

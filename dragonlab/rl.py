@@ -98,10 +98,12 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     from transformers.trainer_callback import PrinterCallback
 
     from dragonlab import dataset, models
+    from dragonlab.progress import shown
     from dragonlab.evaluate import EvalConfig, Evaluator
     from dragonlab.sft import _append, _claim, _last_complete_checkpoint, _step_of, read_log
 
     torch.set_num_threads(config.threads)
+    progress = shown(progress)
     out = Path(out)
     source = Path(sft_dir) / "model" if (Path(sft_dir) / "model").is_dir() else Path(sft_dir)
     dsd, workloads = dataset.load(data)

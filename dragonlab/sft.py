@@ -77,8 +77,10 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     from transformers.trainer_callback import PrinterCallback
 
     from dragonlab import dataset, models
+    from dragonlab.progress import shown
 
     torch.set_num_threads(config.threads)
+    progress = shown(progress)
     out = Path(out)
     dsd, workloads = dataset.load(data)
     if "train" not in dsd:

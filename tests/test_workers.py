@@ -74,3 +74,13 @@ def test_pool_keeps_order_and_leaks_no_process():
     pool.close()
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert after <= before
+
+
+def test_progress_bars_honour_tqdm_disable(monkeypatch):
+    from dragonlab.progress import progress_bar
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    assert not progress_bar(range(3), progress=True).disable
+    assert progress_bar(range(3), progress=False).disable
+    monkeypatch.setenv("TQDM_DISABLE", "1")  # what batch runs set: wins over progress=True
+    assert progress_bar(range(3), progress=True).disable
