@@ -517,12 +517,10 @@ def _compare(args) -> int:
     splits = [s for s in args.split if s in dsd]
     if not splits:
         raise UsageError(f"the dataset has none of the splits {args.split} (it has {', '.join(dsd)})")
-    targets = {t for s in splits for t in dsd[s]["target"]}
-    if len(targets) != 1:
-        raise UsageError(f"splits {splits} mix targets {sorted(targets)}")
+    target = dataset.target_of(dsd, splits)
     args.out.mkdir(parents=True, exist_ok=True)
     judged = {}
-    with Evaluator(targets.pop()) as evaluator:
+    with Evaluator(target) as evaluator:
         for name, path in (("a", args.a), ("b", args.b)):
             model, tokenizer = models.load(path)
             judged[name] = [a for split in splits for a in sample_and_evaluate(
@@ -571,10 +569,7 @@ def _attempts(args) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dsd, workloads = dataset.load(args.data)
     model, tokenizer = models.load(args.model)
-    targets = set(dsd[args.split]["target"]) if args.split in dsd else {"cpu"}
-    if len(targets) != 1:
-        raise UsageError(f"split {args.split} mixes targets {sorted(targets)}; evaluate one target at a time")
-    with Evaluator(targets.pop()) as evaluator:
+    with Evaluator(dataset.target_of(dsd, [args.split])) as evaluator:
         attempts = sample_and_evaluate(model, tokenizer, evaluator, dsd, workloads, split=args.split, n=args.n,
                                        temperature=args.temperature, limit=args.limit,
                                        max_new_tokens=args.max_new_tokens, out=args.out, seed=args.seed)

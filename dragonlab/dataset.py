@@ -518,3 +518,14 @@ def load(path: str | os.PathLike):
     if unknown:
         raise DatasetFormatError(f"{path}/workloads.jsonl: no workload for key(s) {sorted(unknown)[:3]}")
     return dsd, workloads
+
+
+def target_of(dsd, splits: list[str]) -> str:
+    """The one target of the examples in `splits`: an evaluator judges one target at a time."""
+    missing = [s for s in splits if s not in dsd]
+    if missing:
+        raise DatasetFormatError(f"the dataset has no {', '.join(missing)} split (it has {', '.join(dsd)})")
+    targets = {t for s in splits for t in dsd[s]["target"]}
+    if len(targets) != 1:
+        raise DatasetFormatError(f"splits {', '.join(splits)} mix targets {sorted(targets)}; use one target at a time")
+    return targets.pop()

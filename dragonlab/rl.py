@@ -94,13 +94,12 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     """GRPO from the model of an SFT run (`sft_dir/model`, or any model directory) on the train split."""
     import torch
     import trl
-    from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
 
     from dragonlab import dataset, models
     from dragonlab.progress import shown
     from dragonlab.evaluate import EvalConfig, Evaluator
-    from dragonlab.sft import _append, _claim, _last_complete_checkpoint, _step_of, read_log
+    from dragonlab.sft import _claim, _last_complete_checkpoint, _step_of, log_callback, read_log
 
     torch.set_num_threads(config.threads)
     progress = shown(progress)
@@ -116,9 +115,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
         return RLRun(out, out / "model", max((d.get("step", 0) for d in log), default=0), None, log)
 
     train_rows = dsd["train"].select_columns(["prompt", "workload", "task", "input_script"])
-    targets = set(dsd["train"]["target"])
-    if len(targets) != 1:
-        raise ValueError(f"{data}: the train split mixes targets {sorted(targets)}; RL runs on one target")
+    target = dataset.target_of(dsd, ["train"])
     log_path = out / "log.jsonl"
     checkpoints = out / "checkpoints"
     resume = _last_complete_checkpoint(checkpoints)
@@ -132,17 +129,12 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
         report_to="none", seed=config.seed, dataloader_num_workers=0, disable_tqdm=not progress,
         lr_scheduler_type="constant_with_warmup", warmup_steps=0.05)
 
-    class Log(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and state.is_world_process_zero:
-                _append(log_path, {"step": state.global_step, **logs})
-
     own = evaluator is None
-    evaluator = evaluator or Evaluator(targets.pop(), EvalConfig(workers=config.workers))
+    evaluator = evaluator or Evaluator(target, EvalConfig(workers=config.workers))
     try:
         reward_fn = ShapedReward(evaluator, workloads, config.reward)
         trainer = trl.GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=train_rows,
-                                  processing_class=tokenizer, callbacks=[Log()])
+                                  processing_class=tokenizer, callbacks=[log_callback(log_path)])
         if not progress:
             trainer.remove_callback(PrinterCallback)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)

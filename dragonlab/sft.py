@@ -127,11 +127,6 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
         use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none", seed=config.seed,
         dataloader_num_workers=0, disable_tqdm=not progress, save_only_model=False)
 
-    class Log(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and state.is_world_process_zero:
-                _append(log_path, {"step": state.global_step, **logs})
-
     class Judge(TrainerCallback):
         """Per-attempt correctness on validation examples, through the evaluator."""
 
@@ -160,7 +155,7 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
 
     judge = Judge()
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_rows, processing_class=tokenizer,
-                             callbacks=[Log(), judge])
+                             callbacks=[log_callback(log_path), judge])
     if not progress:
         trainer.remove_callback(PrinterCallback)  # it prints every log line; log.jsonl has them
     try:
@@ -170,6 +165,18 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
             judge.evaluator.close()
     model_dir = models.save(trainer.model, tokenizer, out / "model")
     return SFTRun(out, model_dir, trainer.state.global_step, _step_of(resume) if resume else None, read_log(log_path))
+
+
+def log_callback(path: Path):
+    """A Trainer callback that appends every log line (loss, rewards, ...) to `path` with its step."""
+    from transformers import TrainerCallback
+
+    class Log(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and state.is_world_process_zero:
+                _append(path, {"step": state.global_step, **logs})
+
+    return Log()
 
 
 def read_log(path: str | os.PathLike) -> list[dict]:
