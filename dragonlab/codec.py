@@ -402,13 +402,25 @@ def check_prefix(text: str) -> None:
 
 
 def apply(script_or_plain, mod, *, seed: int = 1):
-    """A fresh `Schedule(mod)` with a script (or a plain JSON form, or a Trace) replayed on it."""
+    """A fresh `Schedule(mod)` with a script (or a plain JSON form, or a Trace) replayed on it.
+    A tensorize names an intrinsic that only `tvm.s_tir.tensor_intrin` registers (a 20 s import),
+    so that is imported the first time one is missing."""
+    import sys
+
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
     plain = decode(script_or_plain) if isinstance(script_or_plain, str) else to_plain(script_or_plain)
     sch = Schedule(mod, seed=seed)
-    Trace.apply_json_to_schedule(plain, sch)
+    try:
+        Trace.apply_json_to_schedule(plain, sch)
+    except Exception as e:
+        if "TensorIntrin" not in str(e) or "tvm.s_tir.tensor_intrin" in sys.modules:
+            raise
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+
+        sch = Schedule(mod, seed=seed)
+        Trace.apply_json_to_schedule(plain, sch)
     return sch
 
 
@@ -434,16 +446,29 @@ class _Parser(indexmap.MapReader):
             self.lines.pop()
         self.prefix, self.line, self.pos, self.lineno, self.open_end = prefix, text, 0, 1, False
         self.defined, self.outputs, self.free, self.labels, self.scope = set(), 0, {}, {}, {}
+        self._start_line()
+
+    def _start_line(self) -> None:
+        """How far the parser got in the current line (read by LineReader's users)."""
+        self.kind: _Kind | None = None
+        self.param: int | None = None  # index in kind.params of the argument being read
+        self.values: list = []  # the arguments read so far
+        self.written, self.value_end = 0, 0  # how many were written (not defaults), where the last ends
+        self.value_start = 0  # where the argument being read starts
+        self.decision_at = self.outputs_at = None  # where the text after ' =' and ' >' starts
 
     def run(self) -> list:
         insts, decisions = [], []
         for n, line in enumerate(self.lines):
             self.line, self.pos, self.lineno = line, 0, n + 1
             self.open_end = self.prefix and n == len(self.lines) - 1
+            self._start_line()
             try:
                 inst, decision = self._instruction()
             except _Incomplete:
                 break
+            self.outputs += len(inst[3])
+            self.defined.update(inst[3])
             if decision != ():
                 decisions.append([len(insts), decision])
             insts.append(inst)
@@ -508,10 +533,12 @@ class _Parser(indexmap.MapReader):
         kind = _MNEMONICS.get(word)
         if kind is None:
             self._unknown("unknown instruction", word, start, _MNEMONICS)
+        self.kind = kind
         values = self._arguments(kind)
         decision, names = (), None
         if self._next_item("'=' or '>'") == "=":
             self.pos += 2
+            self.decision_at = self.pos
             decision = self._value("a", "at", 0)
         for i, v in enumerate(values):
             if callable(v):
@@ -521,6 +548,7 @@ class _Parser(indexmap.MapReader):
         count = kind.derived_count(values)
         if self._next_item("'>'") == ">":
             self.pos += 2
+            self.outputs_at = self.pos
             count, names = self._outputs()
         if self._next_item("end of line") != "":
             self._error(f"expected end of line, found {self.line[self.pos + 1]!r}", self.pos + 1)
@@ -528,8 +556,6 @@ class _Parser(indexmap.MapReader):
             if count is None:
                 self._missing(f"'>N' (the number of outputs of this {kind.mnemonic})")
             names = [f"{kind.prefix}{self.outputs + j}" for j in range(count)]
-        self.outputs += len(names)
-        self.defined.update(names)
         by_index = sorted((p.src, p.index, k) for k, p in enumerate(kind.params) if p.index is not None)
         inputs = [values[k] for src, _, k in by_index if src == "i"]
         inputs += next((v for p, v in zip(kind.params, values) if p.index is None), [])
@@ -537,16 +563,18 @@ class _Parser(indexmap.MapReader):
 
     def _arguments(self, kind: _Kind) -> list:
         """One value per parameter: written, default, or (callable) derived from the line."""
-        values, params = [], list(kind.params)
+        values, params = self.values, list(kind.params)
         expected = f"an argument of {kind.mnemonic}, '=' or '>'"
         while params:
             c = self._next_item(expected)
             if c in ("", "=", ">"):
                 break
             p = params.pop(0)
+            self.param, self.value_start = len(values), self.pos + 1
             if p.index is not None:
                 self.pos += 1
                 values.append(self._value(p.src, p.type, 0))
+                self.value_end, self.written = self.pos, len(values)
                 continue
             items = []
             while c not in ("", "=", ">", ";"):
@@ -554,6 +582,7 @@ class _Parser(indexmap.MapReader):
                 items += self._run(p.type)
                 c = self._next_item(expected)
             values.append(items)
+            self.value_end, self.written = self.pos, len(values)
             if c != ";":
                 break  # no ';': the attributes after a variadic input keep their defaults
             if not params:
@@ -579,9 +608,10 @@ class _Parser(indexmap.MapReader):
             return [self._value("i", typ, 0)]
         lo, hi = int(m[2]), int(m[3])
         names = [f"{m[1]}{n}" for n in range(lo, hi + 1)] if lo < hi <= lo + MAX_OUTPUTS else []
-        undefined = next((n for n in names if n not in self.defined), None)
+        usable = self.names()
+        undefined = next((n for n in names if n not in usable), None)
         if not names or undefined:
-            longer = [d for d in self.defined if d.startswith(m[1] + m[3]) and d != m[1] + m[3]]
+            longer = [d for d in usable if d.startswith(m[1] + m[3]) and d != m[1] + m[3]]
             if self.open_end and self.pos == len(self.line) and longer:  # l1..1 may become l1..12
                 raise _Incomplete
             self._error(f"variable used before it is defined: {undefined!r}" if names
@@ -643,14 +673,22 @@ class _Parser(indexmap.MapReader):
             if typ in _ALIASES:
                 return _ALIASES[typ].get(word, word)
             if ctx == "i" and "." not in word:
-                return self._reference(word, start)
+                return self._reference(word, start, keywords=typ != "rv")
             self._unknown("expected a value, found", word, start, _KEYWORDS)
         self._fail("a value")
 
-    def _reference(self, name: str, start: int) -> str:
-        if name not in self.defined:
-            self._unknown("variable used before it is defined:", name, start, self.defined | set(_KEYWORDS))
+    def _reference(self, name: str, start: int, keywords: bool = True) -> str:
+        """A variable; `keywords`: the word may also be the start of None, true, ... instead."""
+        usable = self.names()
+        if name not in usable:
+            message = "variable used before it is defined:" if name not in self.defined else \
+                f"parameter {(self.param or 0) + 1} of {self.kind.mnemonic} cannot take the variable"
+            self._unknown(message, name, start, set(usable) | (set(_KEYWORDS) if keywords else set()))
         return name
+
+    def names(self):
+        """The variables the argument being read may name: every one defined so far."""
+        return self.defined
 
     def _number(self):
         start = self.pos
@@ -694,6 +732,36 @@ class _Parser(indexmap.MapReader):
         return "".join(out)
 
 
+class LineReader(_Parser):
+    """Reads a script one line at a time, for constrained decoding (`dragonlab.constrain`).
+
+    `defined` and `outputs` (how many variables came before) carry the state of the lines read
+    so far; `read` leaves them alone and `commit` adds a line's outputs. After `read`, complete
+    or not, `kind`, `param`, `values`, `decision_at` and `outputs_at` say how far it got. A
+    subclass narrows which variables an argument may name by overriding `names()`.
+    """
+
+    def __init__(self, defined=(), outputs: int = 0):
+        super().__init__("", prefix=True)
+        self.defined, self.outputs = set(defined), outputs
+
+    def read(self, line: str, *, open_end: bool = True):
+        """`(inst, decision)` of a line, or None if `open_end` and the line can still grow into
+        one; raises ScriptSyntaxError if it cannot."""
+        if "\n" in line:
+            raise ValueError("LineReader.read takes one line")
+        self.line, self.pos, self.open_end = line, 0, open_end
+        self._start_line()
+        try:
+            return self._instruction()
+        except _Incomplete:
+            return None
+
+    def commit(self, inst: list) -> None:
+        self.outputs += len(inst[3])
+        self.defined.update(inst[3])
+
+
 def _imap_text(graph: str, ctx: str) -> str:
     """The readable form of an index map if it regenerates `graph` exactly, else the graph verbatim."""
     try:
@@ -721,3 +789,4 @@ def _kinds():
 
 _KINDS, _MNEMONICS = _kinds()
 MNEMONICS = {name: kind.mnemonic for name, kind in _KINDS.items()}  # every kind a script can hold
+KEY_ALIASES = dict(_ALIASES["key"])  # short spelling -> the annotation key MetaSchedule writes

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import sys
 import tempfile
 import uuid
 from collections import OrderedDict
@@ -42,7 +41,7 @@ from pathlib import Path
 
 from dragonlab.progress import progress_bar
 
-from dragonlab.codec import CodecError, decode, to_plain
+from dragonlab.codec import CodecError, apply, decode, to_plain
 from dragonlab.measure import MeasureConfig, make_runner, run_bounded
 from dragonlab.records import trace_text
 from dragonlab.targets import TargetSpec, get_target
@@ -483,8 +482,6 @@ def check_script(key: str, mod_json: str, target_config: dict, plain: list, job:
     stage is "time" when the kernel is correct (timing happens in the timing process)."""
     import tvm_ffi
     from tvm.driver import build
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.target import Target
 
@@ -498,25 +495,15 @@ def check_script(key: str, mod_json: str, target_config: dict, plain: list, job:
     design = [insts[:cut], [d for d in decisions if d[0] < cut]]
 
     progress("apply")
-    sch = Schedule(mod, seed=1)
     try:
-        try:
-            Trace.apply_json_to_schedule(design, sch)
-        except Exception as e:
-            if "TensorIntrin" not in str(e) or "tvm.s_tir.tensor_intrin" in sys.modules:
-                raise
-            import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics a tensorize names)
-
-            sch = Schedule(mod, seed=1)
-            Trace.apply_json_to_schedule(design, sch)
+        sch = apply(design, mod)
     except Exception as e:
         return stop("apply", _one_line(e))
     repairs = ["decisions"] if _decisions(to_plain(sch.trace)) != _decisions(design) else []
     full = None
     if cut < len(insts):  # the script as written, post-processing part included, must apply
-        full = Schedule(mod, seed=1)
         try:
-            Trace.apply_json_to_schedule(plain, full)
+            full = apply(plain, mod)
         except Exception as e:
             return stop("apply", f"post-processing part: {_one_line(e)}")
 
