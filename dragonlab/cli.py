@@ -433,6 +433,8 @@ def _model_commands(sub) -> None:
     c.add_argument("--eval-examples", type=int, help="validation examples judged each time (default 16)")
     c.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 100)")
     c.add_argument("--seed", type=int, help="default 0")
+    c.add_argument("--constrained-eval", action="store_true", default=None,
+                   help="judge the validation attempts with constrained decoding")
     c.set_defaults(run=_sft)
 
     c = sub.add_parser("attempts", help="a model's attempts at a dataset split, judged by the evaluator",
@@ -448,6 +450,8 @@ def _model_commands(sub) -> None:
     c.add_argument("--max-new-tokens", type=int, default=768)
     c.add_argument("--out", type=Path, required=True, help="attempts file (JSON lines; appended)")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--constrained", action="store_true",
+                   help="constrained decoding: every script decodes and applies (docs/constrained.md)")
     c.set_defaults(run=_attempts)
 
 
@@ -467,6 +471,8 @@ def _rl_commands(sub) -> None:
     c.add_argument("--temperature", type=float, help="rollout temperature (default 1.0)")
     c.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 20)")
     c.add_argument("--seed", type=int, help="default 0")
+    c.add_argument("--constrained", action="store_true", default=None,
+                   help="constrained decoding of the rollouts (every script decodes and applies)")
     c.set_defaults(run=_rl)
 
     c = sub.add_parser("compare", help="two models' kernels on held-out prompts: faster beyond measured noise?",
@@ -480,6 +486,7 @@ def _rl_commands(sub) -> None:
     c.add_argument("--temperature", type=float, default=0.8)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--limit", type=int, default=None, help="only the first N examples of each split")
+    c.add_argument("--constrained", action="store_true", help="constrained decoding for both models")
     c.add_argument("--out", type=Path, required=True, help="directory for both models' attempts (appended)")
     c.set_defaults(run=_compare)
 
@@ -488,7 +495,7 @@ def _rl(args) -> int:
     from dragonlab.rl import RLConfig, train
 
     options = ("max_steps", "learning_rate", "num_generations", "prompts_per_step", "beta", "temperature",
-               "save_steps", "seed")
+               "save_steps", "seed", "constrained")
     config = RLConfig(**{name: getattr(args, name) for name in options if getattr(args, name) is not None})
     start = time.monotonic()
     run = train(args.source, args.data, args.out, config)
@@ -525,7 +532,8 @@ def _compare(args) -> int:
             model, tokenizer = models.load(path)
             judged[name] = [a for split in splits for a in sample_and_evaluate(
                 model, tokenizer, evaluator, dsd, workloads, split=split, n=1, temperature=args.temperature,
-                limit=args.limit, out=args.out / f"attempts-{name}.jsonl", seed=args.seed)]
+                limit=args.limit, out=args.out / f"attempts-{name}.jsonl", seed=args.seed,
+                constrained=args.constrained)]
             print(f"{name} = {path}\n{format_summary(summary(judged[name]))}\n")
         rows = {s: [dict(r, index=i) for i, r in enumerate(dsd[s])] for s in splits}
         threshold, retimed = 0.0, 0
@@ -545,7 +553,7 @@ def _sft(args) -> int:
     from dragonlab.sft import SFTConfig, train
 
     options = ("preset", "max_steps", "learning_rate", "batch_size", "max_length", "eval_steps", "eval_examples",
-               "save_steps", "seed")
+               "save_steps", "seed", "constrained_eval")
     config = SFTConfig(**{name: getattr(args, name) for name in options if getattr(args, name) is not None})
     start = time.monotonic()
     run = train(args.data, args.out, config)
@@ -572,7 +580,8 @@ def _attempts(args) -> int:
     with Evaluator(dataset.target_of(dsd, [args.split])) as evaluator:
         attempts = sample_and_evaluate(model, tokenizer, evaluator, dsd, workloads, split=args.split, n=args.n,
                                        temperature=args.temperature, limit=args.limit,
-                                       max_new_tokens=args.max_new_tokens, out=args.out, seed=args.seed)
+                                       max_new_tokens=args.max_new_tokens, out=args.out, seed=args.seed,
+                                       constrained=args.constrained)
     print(format_summary(summary(attempts)))
     return 0
 

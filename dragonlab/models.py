@@ -187,10 +187,13 @@ def load(path: str | Path, *, trainable: bool = False):
 
 def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
              max_new_tokens: int = 512, batch_size: int = 8, seed: int | None = None,
-             progress: bool = False) -> list[list[str]]:
+             progress: bool = False, constraint=None) -> list[list[str]]:
     """`n` completions per prompt (greedy when temperature is 0), generated in batches of
-    `batch_size` sequences. Returns one list of n strings per prompt, special tokens removed."""
+    `batch_size` sequences. Returns one list of n strings per prompt, special tokens removed.
+    With a `dragonlab.constrain.ScriptConstraint`, every completion is a script that decodes
+    and applies to its prompt's workload (complete lines only)."""
     import torch
+    from transformers import LogitsProcessorList
 
     if seed is not None:
         torch.manual_seed(seed)
@@ -210,10 +213,15 @@ def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: f
             if limit < 1:
                 raise ValueError(f"a prompt of {enc['input_ids'].shape[1]} tokens leaves no room in the model's "
                                  f"context of {room} tokens")
+            if constraint is not None:
+                constraint.greedy, constraint.temperature = temperature <= 0, temperature if temperature > 0 else 1.0
             tokens = model.generate(**enc, max_new_tokens=limit, num_return_sequences=n,
                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                    logits_processor=LogitsProcessorList([constraint] if constraint else []),
                                     **sampling)
-            texts = tokenizer.batch_decode(tokens[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            completions = tokens[:, enc["input_ids"].shape[1]:]
+            texts = constraint.finish(completions) if constraint is not None else \
+                tokenizer.batch_decode(completions, skip_special_tokens=True)
             out.extend(texts[i * n:(i + 1) * n] for i in range(len(chunk)))
             bar.update(len(chunk))
     model.train(was_training)

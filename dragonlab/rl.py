@@ -36,6 +36,7 @@ class RLConfig:
     save_steps: int = field(default=20, metadata={"help": "checkpoint every this many steps"})
     logging_steps: int = field(default=1, metadata={"help": "log the reward's components every this many steps"})
     seed: int = field(default=0, metadata={"help": "seeds shuffling and sampling"})
+    constrained: bool = field(default=False, metadata={"help": "constrained decoding of the rollouts (constrain.py)"})
     threads: int = field(default=1, metadata={"help": "torch threads"})
     workers: int | None = field(default=None, metadata={"help": "evaluator worker processes; None = physical cores"})
     reward: RewardConfig = RewardConfig()
@@ -89,6 +90,22 @@ class ShapedReward:
         return [reward(e, self.config) for e in self.last]
 
 
+def _constrain_rollouts(model, tokenizer, rows, workloads, temperature: float):
+    """Every `model.generate` call (trl's rollouts) decodes through a ScriptConstraint. trl has
+    no hook for logits processors, so the model's own `generate` gets one by default. A rollout
+    that hits a dead end keeps its unfinished line: the reward judges what was generated."""
+    import functools
+
+    from transformers import LogitsProcessorList
+
+    from dragonlab.constrain import for_rows
+
+    constraint = for_rows(tokenizer, rows, workloads)
+    constraint.temperature = temperature
+    model.generate = functools.partial(model.generate, logits_processor=LogitsProcessorList([constraint]))
+    return constraint
+
+
 def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike,
           config: RLConfig = RLConfig(), *, progress: bool = True, evaluator=None) -> RLRun:
     """GRPO from the model of an SFT run (`sft_dir/model`, or any model directory) on the train split."""
@@ -131,6 +148,8 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
 
     own = evaluator is None
     evaluator = evaluator or Evaluator(target, EvalConfig(workers=config.workers))
+    constraint = _constrain_rollouts(model, tokenizer, train_rows, workloads, config.temperature) \
+        if config.constrained else None
     try:
         reward_fn = ShapedReward(evaluator, workloads, config.reward)
         trainer = trl.GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=train_rows,
@@ -141,5 +160,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     finally:
         if own:
             evaluator.close()
+        if constraint is not None:
+            constraint.close()
     model_dir = models.save(trainer.model, tokenizer, out / "model")
     return RLRun(out, model_dir, trainer.state.global_step, _step_of(resume) if resume else None, read_log(log_path))

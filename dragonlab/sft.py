@@ -45,6 +45,7 @@ class SFTConfig:
     eval_steps: int = field(default=0, metadata={"help": "judge validation attempts every this many steps; 0 = off"})
     eval_examples: int = field(default=16, metadata={"help": "validation examples judged at each evaluation"})
     eval_split: str = field(default="validation", metadata={"help": "the split judged during training"})
+    constrained_eval: bool = field(default=False, metadata={"help": "judge with constrained decoding (constrain.py)"})
     seed: int = field(default=0, metadata={"help": "seeds initialisation, shuffling and sampling"})
     threads: int = field(default=1, metadata={"help": "torch threads (1 is fastest on a shared 2-core machine)"})
 
@@ -140,14 +141,20 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
 
         def judge(self, model, step):
             from dragonlab.attempts import evaluate_attempts, summary
+            from dragonlab.constrain import for_rows
             from dragonlab.evaluate import Evaluator
 
             if config.eval_split not in dsd:
                 _append(log_path, {"step": step, "eval": None, "reason": f"no {config.eval_split} split"})
                 return
             rows = [dict(r, index=i) for i, r in enumerate(dsd[config.eval_split])][:config.eval_examples]
-            scripts = models.generate(model, tokenizer, [r["prompt"] for r in rows], n=1, temperature=0,
-                                      max_new_tokens=config.max_length // 2)
+            constraint = for_rows(tokenizer, rows, workloads) if config.constrained_eval else None
+            try:
+                scripts = models.generate(model, tokenizer, [r["prompt"] for r in rows], n=1, temperature=0,
+                                          max_new_tokens=config.max_length // 2, constraint=constraint)
+            finally:
+                if constraint is not None:
+                    constraint.close()
             if self.evaluator is None:
                 self.evaluator = Evaluator(rows[0]["target"])
             attempts = evaluate_attempts(self.evaluator, workloads, rows, scripts, split=config.eval_split)

@@ -18,11 +18,20 @@ from dragonlab.sft import SFTConfig, train
 from dragonlab.targets import get_target
 from dragonlab.workloads import suite
 
+import trace_corpus
+
 
 @pytest.fixture(scope="session")
 def quick():
     """The quick suite by family (one workload per family)."""
     return {w.family: w for w in reversed(suite("quick"))}  # first of each family
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    """Design spaces and postprocessed samples of six families on llvm and cuda, tensor cores
+    included (tests/trace_corpus.py)."""
+    return trace_corpus.build(posts_per_space=1)
 
 
 @pytest.fixture(scope="session")

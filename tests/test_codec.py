@@ -19,12 +19,6 @@ INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 
 
 @pytest.fixture(scope="module")
-def corpus():
-    """Design spaces and postprocessed samples of six families on llvm and cuda, tensor cores included."""
-    return trace_corpus.build(posts_per_space=1)
-
-
-@pytest.fixture(scope="module")
 def exotic():
     return trace_corpus.exotic()
 

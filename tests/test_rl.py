@@ -58,6 +58,23 @@ def test_grpo_from_the_tiny_sft_model_logs_rewards_and_resumes(tiny, data, tmp_p
     assert [d["step"] for d in again.log if "reward" in d] == [1, 2]
 
 
+def test_grpo_rollouts_can_be_constrained(tiny, data, tmp_path, monkeypatch):
+    from dragonlab import codec, rl
+
+    made = []
+    real = rl._constrain_rollouts
+    monkeypatch.setattr(rl, "_constrain_rollouts", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    config = RLConfig(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=256,
+                      save_steps=10, constrained=True)
+    with Evaluator("cpu") as evaluator:
+        run = train(tiny[0].out, data, tmp_path / "rl", config, progress=False, evaluator=evaluator)
+    assert run.steps == 1 and len(made) == 1
+    constraint = made[0]
+    assert constraint.checks > 0 and len(constraint.followers) == 2  # the rollouts went through it
+    for follower in constraint.followers:  # what each rollout wrote, complete lines: a script that applies
+        codec.apply(follower.script(), follower.mod)
+
+
 def test_rl_refuses_bad_settings_with_one_clear_error(tiny, data, tmp_path, capsys):
     assert main(["rl", "--from", str(tiny[0].out), "--data", str(data), "--out", str(tmp_path / "o"),
                  "--num-generations", "1"]) == 2

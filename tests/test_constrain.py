@@ -1,0 +1,175 @@
+"""Constrained decoding: real scripts always pass, broken ones never do, and a model's output under
+constraints always decodes and applies, whatever the model."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dragonlab import codec, dataset, models
+from dragonlab.attempts import sample_and_evaluate, summary
+from dragonlab.constrain import Replayer, ScriptConstraint, ScriptFollower, _tile_ok, for_rows
+from dragonlab.evaluate import Evaluator
+
+import trace_corpus
+
+
+def feed(follower: ScriptFollower, script: str) -> str | None:
+    """Write `script` word by word; the first piece refused, or None."""
+    for line in script.rstrip("\n").split("\n"):
+        words = line.split(" ")
+        for piece in [w + " " for w in words[:-1]] + [words[-1] + "\n"]:
+            if not follower.allows(piece):
+                return follower.open + piece
+            follower.advance(piece)
+    return None
+
+
+def test_scripts_that_search_wrote_are_never_refused(corpus, data):
+    """Tuned samples on llvm and cuda (tensor cores included; each holds its design space's
+    instructions and a post-processing part) and the dataset's scripts: every prefix is allowed,
+    and the follower's script is the script."""
+    dsd, workloads = dataset.load(data)
+    cases = [(s.name, s.mod, codec.encode(s.trace)) for s in corpus if s.source == "post"]
+    cases += [(r["name"], workloads[r["workload"]].mod, text) for r in dsd["train"]
+              for text in (r["completion"], r["input_script"]) if text]
+    replayer = Replayer()
+    try:
+        for name, mod, script in cases:
+            follower = ScriptFollower(mod, replayer)
+            assert feed(follower, script) is None, name
+            follower.end("eos")
+            assert follower.script() == script.rstrip("\n"), name
+    finally:
+        replayer.close()
+    assert replayer.crashes == 0
+
+
+@pytest.fixture(scope="module")
+def matmul_follower():
+    """A follower on a 64x64x64 matmul after `get C`, `get root`, `loops b0 >3`, a tile and its split."""
+    follower = ScriptFollower(trace_corpus.matmul(64))
+    assert feed(follower, "get C\nget root\nloops b0 >3\ntile l2 =[4,16]\nsplit l2 v5 v6") is None
+    yield follower
+    follower.replayer.close()
+
+
+@pytest.mark.parametrize("piece, as_prefix", [
+    ("get D", True),                  # no such block
+    ("loops b0 >5", True),            # it has 4 loops (3, one of them split in two)
+    ("loops b0 >0", True),            # a zero count is not written
+    ("par l2", True),                 # l2 was split: the loop is gone
+    ("par b0", True),                 # a block where a loop is wanted
+    ("par l9", True),                 # never defined
+    ("tile l3 =[3,", True),           # 3 does not divide 64
+    ("tile l3 =[4,4]", True),         # the product is 16, not 64
+    ("tile l3 16 =[1,32]", True),     # the innermost factor is above max_innermost_factor
+    ("tile l3 =[64]", True),          # a perfect tile has at least two factors
+    ("cat [1,2,3] =3", True),         # index out of range
+    ("ann b0 made_up_key 1", True),   # not an annotation key MetaSchedule writes
+    ("unann b0 par", True),           # nothing to remove
+    ("inline b1", True),              # neither block can be inlined
+    ("par l7 =1", True),              # a decision on a primitive that takes none
+    ("split l3 v5 v6 ; true false 1", True),  # too many attributes
+    ("fuse l8 l7", False),            # inner before outer: only applying tells
+])
+def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower, piece, as_prefix):
+    assert not matmul_follower.allows(piece + "\n")
+    assert matmul_follower.allows(piece) != as_prefix
+
+
+@pytest.mark.parametrize("piece", ["loops b0", "tile l3 =[", "tile l3 =[2,", "tile l3 =[2,2,16]", "tile l3 =[1,6",
+                                   "cat [1,2,3] =2", "par l7", "ann b0 par 4", "vec l8", "fuse l7 l8", "get roo"])
+def test_follower_allows_what_can_still_apply(matmul_follower, piece):
+    assert matmul_follower.allows(piece)
+
+
+def test_a_compute_location_is_one_tvm_keeps():
+    follower = ScriptFollower(trace_corpus._matmul_bias_relu(64))
+    assert feed(follower, "get D") is None
+    valid = follower._valid_locations(follower.state, "b0")
+    assert -1 in valid and -2 in valid  # inline and root are always there for an elementwise block
+    assert not follower.allows(f"loc b0 ={max(valid) + 1}\n")
+    assert follower.allows(f"loc b0 ={max(valid)}\n")
+    follower.replayer.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(extent=st.sampled_from([1, 2, 6, 12, 64, 96, 97, 128]), n=st.sampled_from([None, 2, 3, 4]),
+       inner=st.sampled_from([0, 1, 4, 16, 64]), text=st.text("0123456789,[]", max_size=10))
+def test_a_tile_prefix_that_is_allowed_can_always_be_finished(extent, n, inner, text):
+    """No dead ends: an allowed prefix can be finished into a closed, allowed decision."""
+    prefix = "[" + text
+    if _tile_ok(prefix, extent, n, inner):
+        assert _finishable(prefix, extent, n, inner, len(prefix) + 24), prefix
+
+
+def _finishable(prefix, extent, n, inner, limit) -> bool:
+    if prefix.endswith("]"):
+        return True
+    return len(prefix) < limit and any(_finishable(prefix + c, extent, n, inner, limit)
+                                       for c in "]1248,3567890" if _tile_ok(prefix + c, extent, n, inner))
+
+
+def test_constrained_generation_from_an_untrained_model_decodes_and_applies(tiny, data):
+    """A freshly initialised model writes noise; under constraints it is still a script."""
+    _, tokenizer = models.load(tiny[0].model_dir)
+    model = models.scratch_model(models.PRESETS["scratch-tiny"], tokenizer, max_length=2048, seed=1)
+    dsd, workloads = dataset.load(data)
+    rows = dsd["train"].to_list()[:2]
+    with for_rows(tokenizer, rows, workloads) as constraint:
+        out = models.generate(model, tokenizer, [r["prompt"] for r in rows], n=2, temperature=1.0,
+                              max_new_tokens=48, seed=0, constraint=constraint)
+    for row, scripts in zip(rows, out):
+        for script in scripts:
+            codec.apply(script, workloads[row["workload"]].mod)  # raises if it does not decode or apply
+    assert sum(constraint.endings.values()) == 4
+    plain = models.generate(model, tokenizer, [r["prompt"] for r in rows], n=2, temperature=1.0,
+                            max_new_tokens=48, seed=0)
+    assert not any(_decodes(s) and s for x in plain for s in x)  # the same model, unconstrained: noise
+
+
+def _decodes(script: str) -> bool:
+    try:
+        codec.decode(script)
+        return True
+    except codec.CodecError:
+        return False
+
+
+def test_constraints_leave_a_trained_models_valid_scripts_unchanged(tiny, data):
+    model, tokenizer = models.load(tiny[0].model_dir)
+    dsd, workloads = dataset.load(data)
+    rows = dsd["train"].to_list()
+    prompts = [r["prompt"] for r in rows]
+    plain = models.generate(model, tokenizer, prompts, temperature=0)
+    with for_rows(tokenizer, rows, workloads) as constraint:
+        constrained = models.generate(model, tokenizer, prompts, temperature=0, constraint=constraint)
+        kept = 0
+        for row, (a,), (b,) in zip(rows, plain, constrained):
+            if feed(ScriptFollower(workloads[row["workload"]].mod, constraint.replayer), a) is None:  # valid as written
+                assert a.rstrip("\n") == b, row["name"]
+                kept += 1
+    assert kept >= len(rows) // 2
+
+
+def test_constrained_attempts_all_pass_decode_and_apply_and_record_how_they_ended(tiny, data, tmp_path):
+    model, tokenizer = models.load(tiny[0].model_dir)
+    dsd, workloads = dataset.load(data)
+    with Evaluator("cpu") as evaluator:
+        attempts = sample_and_evaluate(model, tokenizer, evaluator, dsd, workloads, split="train", n=2,
+                                       temperature=1.0, limit=2, max_new_tokens=160, out=tmp_path / "a.jsonl",
+                                       progress=False, constrained=True)
+    assert len(attempts) == 4
+    assert all(a.evaluation.stage not in ("decode", "apply") for a in attempts)
+    assert all(a.ending in ("eos", "dead end", "length") for a in attempts)
+    row = next(r for r in summary(attempts) if r["task"] == "all")
+    assert row["dead_ends"] + row["cut_at_length"] == sum(a.ending != "eos" for a in attempts)
+
+
+def test_a_prompt_without_a_workload_is_a_clear_error(tiny):
+    _, tokenizer = models.load(tiny[0].model_dir)
+    constraint = ScriptConstraint(tokenizer, {})
+    ids = tokenizer(["task: construction\n"], return_tensors="pt")["input_ids"]
+    with pytest.raises(KeyError, match="no workload for the prompt 'task: construction"):
+        constraint(ids, torch.zeros(1, len(tokenizer)))
