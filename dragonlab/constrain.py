@@ -69,23 +69,29 @@ _KEYS = set(ANNOTATION_KEYS) | {k for k in KEY_ALIASES.values() if k.startswith(
 _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
 
 
-_MODULES: dict = {}  # in a worker: key -> IRModule
+_MODULES: dict = {}  # in a worker: key -> the module's JSON, loaded afresh for every replay
+# (TVM can change a module in place through a schedule made from it: evaluate._worker_module)
+
+
+def _module(key: str, mod_json: str | None):
+    import tvm
+
+    if key not in _MODULES:
+        if mod_json is None:
+            raise LookupError(f"module {key} is not loaded")
+        _MODULES[key] = mod_json
+    return tvm.ir.load_json(_MODULES[key])
 
 
 def facts(key: str, mod_json: str | None, plain: list, *, progress=None) -> dict:
     """Run in a worker process: apply `plain` to the module and return, as plain data,
     everything the checks ask of the schedule (a primitive on an odd argument can crash TVM,
     as `children` of a compute-location marker does, so none of this runs in the caller)."""
-    import tvm
     from tvm.s_tir.schedule import LoopRV, SBlockRV, _ffi_api
     from tvm.s_tir.stmt import SBlock
     from tvm.tirx import IntImm
 
-    if key not in _MODULES:
-        if mod_json is None:
-            raise LookupError(f"module {key} is not loaded")
-        _MODULES[key] = tvm.ir.load_json(mod_json)
-    mod = _MODULES[key]
+    mod = _module(key, mod_json)
     insts = plain[0]
     sch = apply(plain, mod)
     trace = sch.trace
@@ -156,13 +162,7 @@ def try_lines(key: str, mod_json: str | None, plain: list, insts: list, *, progr
     """Run in a worker: whether each instruction applies after the script `plain`."""
     import json
 
-    import tvm
-
-    if key not in _MODULES:
-        if mod_json is None:
-            raise LookupError(f"module {key} is not loaded")
-        _MODULES[key] = tvm.ir.load_json(mod_json)
-    mod = _MODULES[key]
+    mod = _module(key, mod_json)
     ident = (key, json.dumps(plain))
     if _BASE.get("ident") != ident:
         sch = apply(plain, mod)

@@ -359,17 +359,19 @@ def _evaluation_of(key: str, target: str, outcome) -> Evaluation:
 # ---- what runs in the worker processes ----------------------------------------------------------
 # Module-level so that worker processes import them by reference. Caches live per worker.
 
-_MODULES: dict[str, object] = {}
 _POSTPROCS: dict[str, list] = {}
 _REFERENCES: OrderedDict = OrderedDict()
 
 
 def _worker_module(key: str, mod_json: str):
-    if key not in _MODULES:
-        import tvm
+    """A fresh copy of the workload's module for every use (2 ms). TVM 0.27 schedules can change
+    the module they were made from: after `get root; ann b0 tiling "SSRSRS"; children b0 >2;
+    loops b1 >4; fuse l4..5` on the quick depthwise conv2d, a new Schedule of the same module
+    object finds 3 loops where there were 4. A cached module made verdicts depend on what the
+    worker had evaluated before."""
+    import tvm
 
-        _MODULES[key] = tvm.ir.load_json(mod_json)
-    return _MODULES[key]
+    return tvm.ir.load_json(mod_json)
 
 
 def _postprocs(target_config: dict) -> list:

@@ -235,3 +235,15 @@ def test_cpu_post_processors_are_the_ones_a_tune_context_picks(quick):
     chosen = [type(p).__name__ for p in ctx.space_generator.postprocs]
     assert [type(p).__name__ for p in _postprocs(target.config)] == chosen
     assert "RewriteParallelVectorizeUnroll" in chosen
+
+
+def test_a_verdict_does_not_depend_on_what_the_worker_evaluated_before(quick):
+    """TVM can change the module a schedule was made from: this fuse leaves the unscheduled
+    depthwise conv2d with 3 loops in PaddedInput instead of 4 for the next schedule of the same
+    module object. The evaluator's worker must not carry that over to the next script."""
+    w = quick["depthwise_conv2d"]
+    changes_module = 'get root\nann b0 tiling "SSRSRS"\nchildren b0 >2\nloops b1 >4\nfuse l4..5'
+    with Evaluator("cpu", replace(FAST, workers=1)) as ev:
+        ev.evaluate(w, changes_module)
+        after = ev.evaluate(w, "get PaddedInput\nloops b0 >4")
+    assert after.stage == OK, after.reason
