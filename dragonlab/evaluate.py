@@ -505,7 +505,7 @@ def check_script(key: str, mod_json: str, target_config: dict, plain: list, job:
     full = None
     if cut < len(insts):  # the script as written, post-processing part included, must apply
         try:
-            full = apply(plain, mod)
+            full = apply(plain, _worker_module(key, mod_json))  # not `mod`: applying `design` may have changed it
         except Exception as e:
             return stop("apply", f"post-processing part: {_one_line(e)}")
 

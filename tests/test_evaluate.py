@@ -244,6 +244,7 @@ def test_a_verdict_does_not_depend_on_what_the_worker_evaluated_before(quick):
     w = quick["depthwise_conv2d"]
     changes_module = 'get root\nann b0 tiling "SSRSRS"\nchildren b0 >2\nloops b1 >4\nfuse l4..5'
     with Evaluator("cpu", replace(FAST, workers=1)) as ev:
-        ev.evaluate(w, changes_module)
+        first = ev.evaluate(w, changes_module + "\npostproc")  # the full script is applied after the design part
         after = ev.evaluate(w, "get PaddedInput\nloops b0 >4")
+    assert first.stage == OK, first.reason
     assert after.stage == OK, after.reason
