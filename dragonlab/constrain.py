@@ -243,12 +243,13 @@ class _State:
         self.usable["@"] |= self.usable["l"]
         self.usable["."] = set().union(*self.usable.values())
         self.annotated = {n for n, keys in facts["annotations"].items() if keys}
+        self._blocks, self._functions = set(facts["blocks"]), set(facts["functions"])
 
     def blocks(self) -> set[str]:
-        return set(self.facts["blocks"])
+        return self._blocks
 
     def functions(self) -> set[str]:
-        return set(self.facts["functions"])
+        return self._functions
 
     def annotations(self, name: str) -> set[str]:
         return set(self.facts["annotations"].get(name, ()))
@@ -263,7 +264,8 @@ class _State:
 
 class _Reader(LineReader):
     def __init__(self, state: _State):
-        super().__init__(state.defined, state.count)
+        super().__init__((), state.count)
+        self.defined = state.defined  # shared, not copied: a reader per candidate token, and none commits
         self.state = state
 
     def names(self):
