@@ -155,6 +155,7 @@ _HEX = set("0123456789abcdef")
 _RUN_NAME = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\Z")  # a variable that can start a run
 _RUN = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\.\.(0|[1-9][0-9]{0,8})\Z")  # l4..7
 _RUN_PREFIX = re.compile(r"[A-Za-z_]+[0-9]+\.\.?[0-9]*\Z")
+_WORDS = {extra: re.compile(f"[A-Za-z0-9_{re.escape(extra)}]*") for extra in ("_", "_.")}
 
 
 @dataclass(frozen=True)
@@ -504,10 +505,10 @@ class _Parser(indexmap.MapReader):
         self.pos += 1
 
     def _word(self, extra: str = "_") -> str:
-        start = self.pos
-        while self._peek() and (_is_start(self._peek()) or self._peek().isdigit() or self._peek() in extra):
-            self.pos += 1
-        return self.line[start:self.pos]
+        """ASCII letters, digits and the characters of `extra`, from here on (maybe none)."""
+        end = _WORDS[extra].match(self.line, self.pos).end()
+        start, self.pos = self.pos, end
+        return self.line[start:end]
 
     def _unknown(self, message: str, word: str, start: int, candidates):
         """A word that names nothing, unless the open prefix can still grow into a candidate."""
