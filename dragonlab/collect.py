@@ -23,6 +23,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.schedule import Trace
 
 from dragonlab.codec import to_plain
+from dragonlab.explore import tune_context
 from dragonlab.measure import Measurer, MeasureConfig, make_runner
 from dragonlab.records import OK, TIMEOUT, MS_FAILURE_SECS, Record, RecordStore, classify_error
 from dragonlab.targets import TargetSpec
@@ -110,9 +111,8 @@ def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: Co
 
     if remaining > 0:
         rand_state = random.Random(f"{config.seed}/{w.key}/{target.name}/{next_round}").randrange(1, 2**31 - 1)
-        ctx = ms.TuneContext(mod=w.mod, target=tvm_target, space_generator="post-order-apply",
-                             search_strategy="evolutionary", task_name=w.name,
-                             num_threads=config.search_threads, rand_state=rand_state)
+        ctx = tune_context(w.mod, tvm_target, seed=rand_state, search_strategy="evolutionary", task_name=w.name,
+                           num_threads=config.search_threads)
         cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=ctx.num_threads)
         ctx.pre_tuning(max_trials=remaining, num_trials_per_iter=min(config.trials_per_round, remaining),
                        design_spaces=ctx.generate_design_space(), database=database, cost_model=cost_model)

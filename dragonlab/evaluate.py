@@ -380,26 +380,16 @@ def _postprocs(target_config: dict) -> list:
 
     name = json.dumps(target_config, sort_keys=True)
     if name not in _POSTPROCS:
-        import tvm.s_tir.meta_schedule as ms
         from tvm import te
         from tvm.target import Target
 
-        if _plain_llvm(target_config):
-            # What a TuneContext picks for an llvm target without CPU features, without the
-            # TuneContext's 20 s tensor-intrinsic import (tests/test_evaluate.py compares the two).
-            _POSTPROCS[name] = list(ms.postproc.Postproc.create("llvm"))
-            return _POSTPROCS[name]
+        from dragonlab.explore import tune_context
+
         a = te.placeholder((1,), name="a")
         dummy = te.create_prim_func([a, te.compute((1,), lambda i: a[i], name="b")])
-        ctx = ms.TuneContext(mod=dummy, target=Target(target_config), space_generator="post-order-apply",
-                             task_name="validate")
+        ctx = tune_context(dummy, Target(target_config), task_name="validate")
         _POSTPROCS[name] = list(ctx.space_generator.postprocs)
     return _POSTPROCS[name]
-
-
-def _plain_llvm(target_config: dict) -> bool:
-    """An llvm target that names no CPU or features: MetaSchedule's "llvm" rule kind, no tensorization."""
-    return target_config.get("kind") == "llvm" and not {"mcpu", "mattr", "mtriple"} & set(target_config)
 
 
 def prepare_worker(target_config: dict, *, progress) -> None:

@@ -1,6 +1,7 @@
 """The evaluator on real records and on broken, repaired and hacked scripts; the reward."""
 
 import copy
+import os
 import re
 import shutil
 from dataclasses import replace
@@ -224,17 +225,42 @@ def test_a_kernel_whose_timing_fails_is_correct_without_a_latency(records):
     assert reward(e) == RewardConfig().correct  # correct, but no bonus without a latency
 
 
-def test_cpu_post_processors_are_the_ones_a_tune_context_picks(quick):
-    import tvm.s_tir.meta_schedule as ms
+_STAND_IN = """
+import json, sys
+from dragonlab import codec
+from dragonlab.evaluate import _postprocs
+from dragonlab.explore import design_spaces, tune_context
+from dragonlab.targets import get_target
+from dragonlab.workloads import suite
 
-    from dragonlab.evaluate import _postprocs
-    from dragonlab.targets import get_target
+target = get_target("cpu")
+workloads = [w for w in suite("quick") if w.family in ("matmul", "conv2d_nchw", "softmax", "dense_bias_act")]
+def spaces():
+    return [[codec.to_plain(s.trace) for s in design_spaces(w.mod, target)] for w in workloads]
+def postprocs():
+    return [type(p).__name__ for p in tune_context(workloads[0].mod, target).space_generator.postprocs]
+stood_in = spaces(), postprocs(), [type(p).__name__ for p in _postprocs(target.config)]
+skipped = "tvm.s_tir.tensor_intrin" not in sys.modules
+import tvm.s_tir.tensor_intrin  # now every TuneContext has the real registry
+print(json.dumps({"skipped": skipped, "same spaces": stood_in[0] == spaces(), "same postprocs":
+                  stood_in[1] == stood_in[2] == postprocs(), "postprocs": stood_in[1]}))
+"""
 
-    target = get_target("cpu")
-    ctx = ms.TuneContext(mod=quick["matmul"].mod, target=target.tvm(), space_generator="post-order-apply")
-    chosen = [type(p).__name__ for p in ctx.space_generator.postprocs]
-    assert [type(p).__name__ for p in _postprocs(target.config)] == chosen
-    assert "RewriteParallelVectorizeUnroll" in chosen
+
+def test_a_plain_cpu_target_tunes_the_same_without_importing_the_tensor_intrinsics():
+    """explore.tune_context skips TVM's 20 s import of every tensor intrinsic for a plain llvm
+    target: in a fresh process, the design spaces and post-processors are the ones a context
+    makes with the intrinsics registered."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _STAND_IN], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TQDM_DISABLE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["skipped"] and result["same spaces"] and result["same postprocs"], result
+    assert "RewriteParallelVectorizeUnroll" in result["postprocs"]
 
 
 def test_a_verdict_does_not_depend_on_what_the_worker_evaluated_before(quick):
