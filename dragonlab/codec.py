@@ -154,7 +154,7 @@ _NUMBER_PREFIX = re.compile(r"-?(?:i(?:nf?)?|n(?:an?)?|[0-9]+(?:\.[0-9]*)?(?:[eE
 _HEX = set("0123456789abcdef")
 _RUN_NAME = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\Z")  # a variable that can start a run
 _RUN = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\.\.(0|[1-9][0-9]{0,8})\Z")  # l4..7
-_RUN_PREFIX = re.compile(r"[A-Za-z_]+[0-9]+\.\.?[0-9]*\Z")
+_RUN_PREFIX = re.compile(r"[A-Za-z_]+(0|[1-9][0-9]{0,8})\.\.?(0|[1-9][0-9]{0,8})?\Z")  # numbered as in _RUN
 _WORDS = {extra: re.compile(f"[A-Za-z0-9_{re.escape(extra)}]*") for extra in ("_", "_.")}
 
 
