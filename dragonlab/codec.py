@@ -154,7 +154,7 @@ _NUMBER_PREFIX = re.compile(r"-?(?:i(?:nf?)?|n(?:an?)?|[0-9]+(?:\.[0-9]*)?(?:[eE
 _HEX = set("0123456789abcdef")
 _RUN_NAME = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\Z")  # a variable that can start a run
 _RUN = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\.\.(0|[1-9][0-9]{0,8})\Z")  # l4..7
-_RUN_PREFIX = re.compile(r"[A-Za-z_]+(0|[1-9][0-9]{0,8})\.\.?(0|[1-9][0-9]{0,8})?\Z")  # numbered as in _RUN
+_RUN_PREFIX = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]{0,8})\.\.?(0|[1-9][0-9]{0,8})?\Z")  # l4., l4..
 _WORDS = {extra: re.compile(f"[A-Za-z0-9_{re.escape(extra)}]*") for extra in ("_", "_.")}
 
 
@@ -597,13 +597,24 @@ class _Parser(indexmap.MapReader):
             values.append(p.default if callable(p.default) else json.loads(json.dumps(p.default)))  # a copy
         return values
 
+    def _run_continues(self, prefix: str, lo: int, digits: str) -> bool:
+        """Whether a run from `prefix``lo` whose last number begins with `digits` can still be
+        completed: the last number has more digits to come, is above lo, and every variable
+        up to it can be named here."""
+        usable, top = self.names(), lo
+        while top < lo + MAX_OUTPUTS and f"{prefix}{top + 1}" in usable:
+            top += 1
+        return any(str(n).startswith(digits) and str(n) != digits for n in range(lo + 1, top + 1))
+
     def _run(self, typ: str) -> list:
         """One variadic input, or a run `l4..7` of defined variables numbered one apart."""
         start = self.pos
         word = self._word("_.") if _is_start(self._peek()) else ""
+        at_end = self.open_end and self.pos == len(self.line)
         m = _RUN.match(word)
         if m is None:
-            if self.open_end and self.pos == len(self.line) and _RUN_PREFIX.match(word):
+            p = _RUN_PREFIX.match(word)
+            if at_end and p and self._run_continues(p[1], int(p[2]), p[3] or ""):  # l4. or l4..
                 raise _Incomplete
             self.pos = start
             return [self._value("i", typ, 0)]
@@ -612,8 +623,7 @@ class _Parser(indexmap.MapReader):
         usable = self.names()
         undefined = next((n for n in names if n not in usable), None)
         if not names or undefined:
-            longer = [d for d in usable if d.startswith(m[1] + m[3]) and d != m[1] + m[3]]
-            if self.open_end and self.pos == len(self.line) and longer:  # l1..1 may become l1..12
+            if at_end and self._run_continues(m[1], lo, m[3]):  # l1..1 may become l1..12
                 raise _Incomplete
             self._error(f"variable used before it is defined: {undefined!r}" if names
                         else "a run of variables counts up, as in l4..7", start)

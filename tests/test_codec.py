@@ -273,7 +273,8 @@ def test_reordered_lines_fail_on_the_reference_before_its_definition():
 
 @pytest.mark.parametrize("prefix", ["xyz", "get C\nloops b9", "get C\nloops b0 >3\ntile l1 =[1,,", "get C\nloops b0 >3 x",
                                     "get C \n", "get \"C\"\nann b0 k \"\\q",
-                                    "get C\nloops b0 >3\nfuse l1..40282346638"])  # no run is that long
+                                    "get C\nloops b0 >3\nfuse l1..40282346638",  # no run is that long
+                                    "get C\nloops b0 >3\nfuse l3.."])  # nothing after l3 to run to
 def test_check_prefix_rejects_what_cannot_be_continued(prefix):
     with pytest.raises(ScriptSyntaxError):
         codec.check_prefix(prefix)
