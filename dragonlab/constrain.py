@@ -20,18 +20,20 @@ is complete) can leave no token to continue with: a *dead end*. Then the script 
 when `max_new_tokens` runs out, the unfinished last line is dropped, so what comes back is
 always complete lines that apply. `ScriptConstraint.endings` counts how scripts ended.
 
-Tokens are checked in order of probability: greedy decoding stops at the first legal one;
-sampling keeps checking until the tokens checked hold `mass` of the probability (the rest is
-masked), so it samples the model's distribution restricted to legal tokens, less a tail of at
-most 1 - mass. Only tokens whose text is printable ASCII and newlines can be written, as in
-every script the encoder writes.
+Greedy decoding checks tokens in order of probability and takes the first legal one. Sampling
+draws a token from the model's distribution (at the generation's temperature, within its top-p
+nucleus) and checks it; a refused token is removed and another drawn, so what is sampled is
+exactly the model's distribution restricted to legal tokens, at the cost of one check per draw.
+The processor leaves only the chosen token unmasked. Only tokens whose text is printable ASCII
+and newlines can be written, as in every script the encoder writes.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 
 from dragonlab.codec import _MNEMONICS, KEY_ALIASES, LineReader, ScriptSyntaxError, _plain, apply
@@ -71,34 +73,55 @@ _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
 
 _MODULES: dict = {}  # in a worker: key -> the module's JSON, loaded afresh for every replay
 # (TVM can change a module in place through a schedule made from it: evaluate._worker_module)
+_SCHEDULES: OrderedDict = OrderedDict()  # in a worker: the last prefixes replayed, and their schedules
+_KEEP = 32
 
 
 def _module(key: str, mod_json: str | None):
-    import tvm
+    from tvm_ffi.serialization import from_json_graph_str  # tvm.ir.load_json less its upgrade (same TVM)
 
     if key not in _MODULES:
         if mod_json is None:
             raise LookupError(f"module {key} is not loaded")
         _MODULES[key] = mod_json
-    return tvm.ir.load_json(_MODULES[key])
+    return from_json_graph_str(_MODULES[key])
+
+
+def _replayed(key: str, mod_json: str | None, plain: list, *, fresh: bool = False):
+    """The schedule of `plain` applied to the module, and its variables by name (the outputs of
+    `loc` excepted: they may be the inline/root markers, which only a replay understands).
+    The last few are kept: a line's look-ahead and its output counts use the replay of its
+    facts. `fresh`: replay anyway (the look-ahead applies primitives to copies of a kept
+    schedule, and TVM schedules have changed what they were made from before)."""
+    ident = (key, json.dumps(plain))
+    if ident in _SCHEDULES and not fresh:
+        _SCHEDULES.move_to_end(ident)
+        return _SCHEDULES[ident]
+    sch = apply(plain, _module(key, mod_json))
+    if len(sch.trace.insts) != len(plain[0]):
+        raise ValueError("the schedule's trace does not match the script")
+    names = {n: rv for inst, live in zip(plain[0], sch.trace.insts) for n, rv in zip(inst[3], live.outputs)
+             if inst[0] != "SampleComputeLocation"}
+    _SCHEDULES.pop(ident, None)
+    _SCHEDULES[ident] = sch, names  # the newest
+    while len(_SCHEDULES) > _KEEP:
+        _SCHEDULES.popitem(last=False)
+    return sch, names
 
 
 def facts(key: str, mod_json: str | None, plain: list, *, progress=None) -> dict:
     """Run in a worker process: apply `plain` to the module and return, as plain data,
-    everything the checks ask of the schedule (a primitive on an odd argument can crash TVM,
-    as `children` of a compute-location marker does, so none of this runs in the caller)."""
+    everything the checks ask of the schedule but the output counts (`counts`: only lines
+    that query them need them). A primitive on an odd argument can crash TVM, as `children`
+    of a compute-location marker does, so none of this runs in the caller."""
     from tvm.s_tir.schedule import LoopRV, SBlockRV, _ffi_api
     from tvm.s_tir.stmt import SBlock
     from tvm.tirx import IntImm
 
-    mod = _module(key, mod_json)
     insts = plain[0]
-    sch = apply(plain, mod)
+    sch, _ = _replayed(key, mod_json, plain, fresh=True)
     trace = sch.trace
-    if len(trace.insts) != len(insts):
-        raise ValueError("the schedule's trace does not match the script")
-    out = {"usable": {k: [] for k in "blv@"}, "annotations": {}, "extents": {}, "counts": {}}
-    live = {}
+    out = {"usable": {k: [] for k in "blv@"}, "annotations": {}, "extents": {}}
     for inst, applied in zip(insts, trace.insts):
         for name, rv in zip(inst[3], applied.outputs):
             kind = "b" if isinstance(rv, SBlockRV) else "l" if isinstance(rv, LoopRV) else "v"
@@ -112,20 +135,9 @@ def facts(key: str, mod_json: str | None, plain: list, *, progress=None) -> dict
             except Exception:  # a block or loop that is gone
                 continue
             out["usable"][kind].append(name)
-            live[name] = rv
             out["annotations"][name] = sorted(str(k) for k in node.annotations)
             if kind == "l":
                 out["extents"][name] = int(node.extent.value) if isinstance(node.extent, IntImm) else None
-    query = sch.copy()  # the queries below add to a schedule's trace
-    for name, rv in live.items():
-        methods = ("get_loops", "get_child_blocks", "get_producers", "get_consumers", "get_output_blocks") \
-            if isinstance(rv, SBlockRV) else ("get_child_blocks",)
-        for method in methods:
-            ffi = getattr(_ffi_api, "Schedule" + method.title().replace("_", ""))  # Get...: no type checks
-            try:
-                out["counts"][f"{method} {name}"] = len(ffi(query, rv))
-            except Exception:
-                pass
     blocks, stack = set(), [func.body for func in sch.mod.functions.values()]
     while stack:  # every statement that holds others keeps them in one of these fields
         node = stack.pop()
@@ -142,6 +154,24 @@ def facts(key: str, mod_json: str | None, plain: list, *, progress=None) -> dict
     return out
 
 
+def counts(key: str, mod_json: str | None, plain: list, method: str, *, progress=None) -> dict[str, int]:
+    """Run in a worker: how many outputs the Schedule query `method` (get_loops, ...) gives for
+    each live variable after `plain` that it takes (blocks; loops too for get_child_blocks)."""
+    from tvm.s_tir.schedule import LoopRV, SBlockRV, _ffi_api
+
+    sch, names = _replayed(key, mod_json, plain)
+    query = sch.copy()  # a query adds to a schedule's trace
+    ffi = getattr(_ffi_api, "Schedule" + method.title().replace("_", ""))  # Get...: no type checks
+    out = {}
+    for name, rv in names.items():
+        if isinstance(rv, SBlockRV) or method == "get_child_blocks" and isinstance(rv, LoopRV):
+            try:
+                out[name] = len(ffi(query, rv))
+            except Exception:  # gone
+                pass
+    return out
+
+
 # The primitives a look-ahead tries most, applied directly to a copy of the schedule (a replay of
 # the whole script per candidate costs 100x more). Others are replayed. inputs/attrs: TVM's.
 _DIRECT = {
@@ -155,29 +185,17 @@ _DIRECT = {
                                                              index=a[1]),
     "DecomposeReduction": lambda s, i, a: s.decompose_reduction(i[0], i[1]),
 }
-_BASE: dict = {}  # in a worker: the last prefix replayed for try_lines
-
-
 def try_lines(key: str, mod_json: str | None, plain: list, insts: list, *, progress=None) -> list[bool]:
     """Run in a worker: whether each instruction applies after the script `plain`."""
-    import json
-
-    mod = _module(key, mod_json)
-    ident = (key, json.dumps(plain))
-    if _BASE.get("ident") != ident:
-        sch = apply(plain, mod)
-        # the outputs of `loc` may be the inline/root markers, which only a replay understands
-        names = {n: rv for inst, live in zip(plain[0], sch.trace.insts) for n, rv in zip(inst[3], live.outputs)
-                 if inst[0] != "SampleComputeLocation"}
-        _BASE.update(ident=ident, sch=sch, names=names)
+    sch, names = _replayed(key, mod_json, plain)
     out = []
     for inst in insts:
         kind, inputs, attrs, _ = inst
         try:
-            if kind in _DIRECT and all(isinstance(v, str) and v in _BASE["names"] for v in inputs):
-                _DIRECT[kind](_BASE["sch"].copy(), [_BASE["names"][v] for v in inputs], attrs)
+            if kind in _DIRECT and all(isinstance(v, str) and v in names for v in inputs):
+                _DIRECT[kind](sch.copy(), [names[v] for v in inputs], attrs)
             else:
-                apply([plain[0] + [inst], plain[1]], mod)
+                apply([plain[0] + [inst], plain[1]], _module(key, None))
             out.append(True)
         except Exception:
             out.append(False)
@@ -196,6 +214,10 @@ class Replayer:
 
     def facts(self, mod, plain: list) -> dict | None:
         return self._call(facts, mod, plain)
+
+    def counts(self, mod, plain: list, method: str) -> dict[str, int]:
+        """How many outputs the query `method` gives for each live variable after `plain`."""
+        return self._call(counts, mod, plain, method) or {}
 
     def try_lines(self, mod, plain: list, insts: list) -> list[bool]:
         """Whether each instruction applies after `plain` (all False if the worker dies)."""
@@ -233,8 +255,10 @@ class _State:
 
     _serials = itertools.count()
 
-    def __init__(self, insts: list, decisions: list, facts: dict):
+    def __init__(self, insts: list, decisions: list, facts: dict, counts=None):
+        """`counts(method)`: the output counts of a query for every variable, asked when needed."""
         self.insts, self.decisions, self.facts = insts, decisions, facts
+        self._count, self._counts = counts, {}
         self.serial = next(self._serials)
         self.defined = {name for inst in insts for name in inst[3]}
         self.count = sum(len(inst[3]) for inst in insts)
@@ -259,7 +283,9 @@ class _State:
 
     def query(self, method: str, name: str) -> int | None:
         """How many outputs `method` (a Schedule method) gives for variable `name`."""
-        return self.facts["counts"].get(f"{method} {name}")
+        if method not in self._counts:
+            self._counts[method] = self._count(method) if self._count else {}
+        return self._counts[method].get(name)
 
 
 class _Reader(LineReader):
@@ -367,7 +393,8 @@ class ScriptFollower:
         if outside_search_space(plain) or _known_crash(plain):  # the evaluator refuses these unapplied
             return None
         facts = self.replayer.facts(self.mod, plain)
-        return None if facts is None else _State(insts, decisions, facts)
+        return None if facts is None else \
+            _State(insts, decisions, facts, lambda method: self.replayer.counts(self.mod, plain, method))
 
     def _viable(self, state: _State, line: str, *, complete: bool = False) -> bool:
         """Whether the open `line` can still be completed into one that applies. `complete`:
@@ -388,6 +415,8 @@ class ScriptFollower:
             return False
         if not complete and line.endswith(" ") and not self._more_can_follow(state, kind, reader):
             return False
+        if kind.mnemonic in ("fuse", "reorder", "merge") and self._names_repeat(state, line, complete):
+            return False
         in_arguments = reader.decision_at is None and reader.outputs_at is None
         if not complete and in_arguments:  # the argument being written: can some variable there make it apply?
             k = reader.written if line.endswith(" ") else open_value if open_value is not None else \
@@ -400,6 +429,13 @@ class ScriptFollower:
                 head, _, typed = line.rpartition(" ")
                 if not self._some_completion_applies(state, kind, k, head, typed):
                     return False
+            if kind.mnemonic == "loc" and k == 0:  # a block with somewhere to go (the root block has none)
+                typed = "" if line.endswith(" ") else line.rpartition(" ")[2]
+                if not any(self._valid_locations(state, b) for b in state.usable["b"] if b.startswith(typed)):
+                    return False
+            if kind.mnemonic == "loc" and reader.written == 1 and line.endswith(" ") \
+                    and not self._valid_locations(state, reader.values[0]):
+                return False
         if reader.decision_at is not None:
             if kind.mnemonic not in _SAMPLING:
                 return False
@@ -409,6 +445,21 @@ class ScriptFollower:
         if reader.outputs_at is not None:
             return self._count_ok(state, kind.mnemonic, reader.values, line[reader.outputs_at:])
         return True
+
+    @staticmethod
+    def _names_repeat(state: _State, line: str, complete: bool) -> bool:
+        """fuse, reorder and merge take each loop once (TVM refuses a repeat): whether the
+        names of `line` repeat one, not counting a last name that may still grow into another."""
+        reader = _Reader(state)
+        try:
+            reader.read(line.removesuffix(" "), open_end=not complete)
+        except ScriptSyntaxError:
+            return False
+        names = reader.values[0] if reader.values and isinstance(reader.values[0], list) else []
+        if names and not complete and not line.endswith(" ") \
+                and any(n.startswith(names[-1]) and n != names[-1] for n in state.usable["l"]):
+            names = names[:-1]
+        return len(set(names)) < len(names)
 
     @staticmethod
     def _more_can_follow(state: _State, kind, reader) -> bool:
@@ -449,6 +500,8 @@ class ScriptFollower:
             first = state.annotated if mnemonic == "unann" else state.usable[takes[0]] if takes else ()
             if kind.params and kind.params[0].type == "rv" and not first:
                 self._starts[key] = False  # nothing it could name
+            elif mnemonic == "loc":
+                self._starts[key] = any(self._valid_locations(state, b) for b in first)
             else:
                 self._starts[key] = not kind.params or not self._deciding(kind, 0) \
                     or self._some_completion_applies(state, kind, 0, mnemonic, "")
@@ -642,9 +695,10 @@ class ScriptConstraint:
     """
 
     def __init__(self, tokenizer, modules: Mapping[str, object], *, greedy: bool = False,
-                 temperature: float = 1.0, mass: float = 0.999, first_checks: int = 64):
+                 temperature: float = 1.0, top_p: float = 1.0, first_checks: int = 64):
+        """`greedy`, `temperature` and `top_p` are the generation's (`models.generate` sets them)."""
         self.tokenizer, self.modules = tokenizer, dict(modules)
-        self.greedy, self.temperature, self.mass, self.first_checks = greedy, temperature, mass, first_checks
+        self.greedy, self.temperature, self.top_p, self.first_checks = greedy, temperature, top_p, first_checks
         self.pieces = token_pieces(tokenizer)
         eos = tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos])
@@ -727,36 +781,46 @@ class ScriptConstraint:
             follower.advance(self.pieces[token])
 
     def _allowed(self, follower: ScriptFollower, scores) -> list[int]:
-        """Legal tokens, in order of probability, until the checked ones hold `mass`."""
-        import torch
-
-        probs = torch.softmax(scores.float() / max(self.temperature, 1e-6), -1)
-        first = torch.topk(scores, min(self.first_checks, scores.shape[0])).indices.tolist()
-        allowed, mass = [], 0.0
-        for position, token in enumerate(self._order(scores, first)):
+        """The one token to write next; EOS alone at a dead end."""
+        def ok(token: int) -> bool:
             self.checks += 1
-            ok = follower.can_end() if token in self.eos else \
+            return follower.can_end() if token in self.eos else \
                 self.pieces[token] is not None and follower.allows(self.pieces[token])
-            if ok:
-                allowed.append(token)
-                if self.greedy:
-                    break
-            mass += float(probs[token])
-            if allowed and mass >= self.mass:
-                break
-        if not allowed:  # a dead end: nothing can continue this line, so the script ends here
+
+        token = choose(scores, ok, greedy=self.greedy, temperature=self.temperature, top_p=self.top_p,
+                       first_checks=self.first_checks)
+        if token is None:  # nothing can continue this line, so the script ends here
             follower.dead_end = True
-            allowed = sorted(self.eos)[:1]
-        return allowed
+            return sorted(self.eos)[:1]
+        return [token]
 
-    @staticmethod
-    def _order(scores, first: list[int]):
-        """Token ids by falling score: the top few first, the full sort only if they run out."""
-        yield from first
-        import torch
 
-        seen = set(first)
-        yield from (t for t in torch.argsort(scores, descending=True).tolist() if t not in seen)
+def choose(scores, ok, *, greedy: bool, temperature: float = 1.0, top_p: float = 1.0,
+           first_checks: int = 64) -> int | None:
+    """The token to write, among those `ok(token)` accepts; None if it accepts none.
+
+    Greedy: the most probable one. Sampling: a draw from the model's distribution (at
+    `temperature`, within the top-p nucleus) restricted to accepted tokens, by rejection: draw,
+    check, and on a refusal remove the token and draw again. If every token the sampler could
+    draw is refused, the most probable accepted one among the rest."""
+    import torch
+
+    refused: set[int] = set()
+    if not greedy:
+        probs = torch.softmax(scores.double() / max(temperature, 1e-6), -1)
+        if top_p < 1.0:  # the nucleus, as transformers' TopPLogitsWarper keeps it
+            order = torch.argsort(probs, descending=True)
+            probs[order[(torch.cumsum(probs[order], 0) - probs[order]) >= top_p]] = 0.0
+        while probs.sum() > 0:
+            token = int(torch.multinomial(probs, 1))
+            if ok(token):
+                return token
+            refused.add(token)
+            probs[token] = 0.0
+    first = torch.topk(scores, min(first_checks, scores.shape[0])).indices.tolist()
+    seen = set(first)
+    rest = (t for t in torch.argsort(scores, descending=True).tolist() if t not in seen)
+    return next((t for t in itertools.chain(first, rest) if t not in refused and ok(t)), None)
 
 
 def for_rows(tokenizer, rows, workloads: Mapping) -> ScriptConstraint:

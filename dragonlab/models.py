@@ -214,7 +214,7 @@ def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: f
                 raise ValueError(f"a prompt of {enc['input_ids'].shape[1]} tokens leaves no room in the model's "
                                  f"context of {room} tokens")
             if constraint is not None:
-                constraint.greedy, constraint.temperature = temperature <= 0, temperature if temperature > 0 else 1.0
+                constraint.greedy, constraint.temperature, constraint.top_p = temperature <= 0, temperature or 1.0, top_p
             tokens = model.generate(**enc, max_new_tokens=limit, num_return_sequences=n,
                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                     logits_processor=LogitsProcessorList([constraint] if constraint else []),

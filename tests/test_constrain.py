@@ -1,6 +1,8 @@
 """Constrained decoding: real scripts always pass, broken ones never do, and a model's output under
 constraints always decodes and applies, whatever the model."""
 
+from collections import Counter
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -8,7 +10,7 @@ from hypothesis import strategies as st
 
 from dragonlab import codec, dataset, models
 from dragonlab.attempts import sample_and_evaluate, summary
-from dragonlab.constrain import Replayer, ScriptConstraint, ScriptFollower, _tile_ok, for_rows
+from dragonlab.constrain import Replayer, ScriptConstraint, ScriptFollower, _tile_ok, choose, for_rows
 from dragonlab.evaluate import Evaluator
 
 import trace_corpus
@@ -72,6 +74,9 @@ def matmul_follower():
     ("par l7 =1", True),              # a decision on a primitive that takes none
     ("split l3 v5 v6 ; true false 1", True),  # too many attributes
     ("fuse l8 l7", False),            # inner before outer: only applying tells
+    ("loc b1", True),                 # the root block has no compute location (a dead end once written)
+    ("reorder l7 l8 l7", True),       # a loop named twice
+    ("fuse l3..4 l4", True),          # the same, in a run
 ])
 def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower, piece, as_prefix):
     assert not matmul_follower.allows(piece + "\n")
@@ -173,3 +178,22 @@ def test_a_prompt_without_a_workload_is_a_clear_error(tiny):
     ids = tokenizer(["task: construction\n"], return_tensors="pt")["input_ids"]
     with pytest.raises(KeyError, match="no workload for the prompt 'task: construction"):
         constraint(ids, torch.zeros(1, len(tokenizer)))
+
+
+def test_sampling_draws_from_the_models_distribution_restricted_to_legal_tokens():
+    torch.manual_seed(0)
+    probs = [0.4, 0.3, 0.2, 0.1]
+    scores, legal = torch.tensor(probs).log(), {1, 2, 3}
+    assert choose(scores, legal.__contains__, greedy=True) == 1
+    n = 6000
+    draws = Counter(choose(scores, legal.__contains__, greedy=False) for _ in range(n))
+    assert set(draws) == legal
+    for token in legal:  # p restricted to legal tokens, renormalised (4.6 standard errors of slack)
+        assert abs(draws[token] / n - probs[token] / 0.6) < 0.03, (token, draws)
+    cooler = Counter(choose(scores, legal.__contains__, greedy=False, temperature=0.5) for _ in range(n))
+    assert abs(cooler[1] / n - 0.09 / 0.14) < 0.03, cooler  # p^2 restricted: .09 / (.09 + .04 + .01)
+    # the top-p nucleus of 0.5 is tokens 0 and 1, and 1 is its only legal token
+    assert {choose(scores, legal.__contains__, greedy=False, top_p=0.5) for _ in range(50)} == {1}
+    assert choose(scores, {3}.__contains__, greedy=False, top_p=0.5) == 3  # none legal in it: the best of the rest
+    assert choose(scores, lambda token: False, greedy=False) is None
+    assert choose(scores, lambda token: False, greedy=True) is None
