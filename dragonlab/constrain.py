@@ -10,7 +10,9 @@ stays on track:
   not) and is of the kind the argument takes: block, loop or expression (`_TAKES`);
 - decisions are legal: a tile's factors divide the loop's extent, multiply to it, and the
   innermost is at most `max_innermost_factor`; a categorical index is in range; a compute
-  location is one that TVM offers for the block; an output count `>N` is the true count;
+  location is one that TVM offers for the block (and `loc` names only blocks that have one);
+  an output count `>N` is the true count;
+- fuse, reorder and merge name each loop once;
 - a line ends (a newline or the end of the script) only if it applies to the live schedule and
   TVM keeps its decision as written (no silent repair).
 
