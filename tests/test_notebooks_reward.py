@@ -12,7 +12,7 @@ PLOTLY = "application/vnd.plotly.v1+json"
 
 
 
-@pytest.mark.slow  # a real 4-trial search, then three TVM processes import the tensor intrinsics (~1.5-3 min)
+@pytest.mark.slow  # a real 4-trial search and an evaluator (about 25 s)
 def test_reward_notebook_runs_with_small_parameters(notebook_kernel, tmp_path, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")  # papermill logs each progress-bar update as a line
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
