@@ -187,6 +187,8 @@ _DIRECT = {
                                                              index=a[1]),
     "DecomposeReduction": lambda s, i, a: s.decompose_reduction(i[0], i[1]),
 }
+
+
 def try_lines(key: str, mod_json: str | None, plain: list, insts: list, *, progress=None) -> list[bool]:
     """Run in a worker: whether each instruction applies after the script `plain`."""
     sch, names = _replayed(key, mod_json, plain)
