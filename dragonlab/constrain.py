@@ -805,8 +805,9 @@ def choose(scores, ok, *, greedy: bool, temperature: float = 1.0, top_p: float =
 
     Greedy: the most probable one. Sampling: a draw from the model's distribution (at
     `temperature`, within the top-p nucleus) restricted to accepted tokens, by rejection: draw,
-    check, and on a refusal remove the token and draw again. If every token the sampler could
-    draw is refused, the most probable accepted one among the rest."""
+    check, and on a refusal remove the token and draw again. After `first_checks` refusals
+    (the accepted tokens hold almost none of the probability; each draw costs a pass over the
+    vocabulary), or when no token is left to draw, the most probable accepted one of the rest."""
     import torch
 
     refused: set[int] = set()
@@ -815,7 +816,7 @@ def choose(scores, ok, *, greedy: bool, temperature: float = 1.0, top_p: float =
         if top_p < 1.0:  # the nucleus, as transformers' TopPLogitsWarper keeps it
             order = torch.argsort(probs, descending=True)
             probs[order[(torch.cumsum(probs[order], 0) - probs[order]) >= top_p]] = 0.0
-        while probs.sum() > 0:
+        while len(refused) < first_checks and probs.sum() > 0:
             token = int(torch.multinomial(probs, 1))
             if ok(token):
                 return token
