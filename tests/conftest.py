@@ -58,7 +58,7 @@ def tiny(data, tmp_path_factory):
     """scratch-tiny trained until it has learned the few examples by heart."""
     out = tmp_path_factory.mktemp("sft_tiny") / "run"
     start = time.monotonic()
-    config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=100)
+    config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=160)
     run = train(data, out, config, progress=False)
     return run, time.monotonic() - start
 
