@@ -39,7 +39,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Mapping
 
 from dragonlab.codec import _MNEMONICS, KEY_ALIASES, LineReader, ScriptSyntaxError, _plain, apply
-from dragonlab.evaluate import ANNOTATION_KEYS, _known_crash, outside_search_space
+from dragonlab.evaluate import ANNOTATION_KEYS, _known_crash, _worker_module, outside_search_space
 from dragonlab.workers import Limits, RemoteError, Worker, WorkerError
 
 # What each argument of an instruction may name, one letter per parameter in script order:
@@ -80,13 +80,11 @@ _KEEP = 32
 
 
 def _module(key: str, mod_json: str | None):
-    from tvm_ffi.serialization import from_json_graph_str  # tvm.ir.load_json less its upgrade (same TVM)
-
     if key not in _MODULES:
         if mod_json is None:
             raise LookupError(f"module {key} is not loaded")
         _MODULES[key] = mod_json
-    return from_json_graph_str(_MODULES[key])
+    return _worker_module(key, _MODULES[key])
 
 
 def _replayed(key: str, mod_json: str | None, plain: list, *, fresh: bool = False):
