@@ -93,22 +93,24 @@ def sample_and_evaluate(model, tokenizer, evaluator: Evaluator, dataset, workloa
     attempts = [a for a in done if a.split == split and a.index < len(rows)]
     per_batch = max(1, batch_size // n)
     constraint = for_rows(tokenizer, todo, workloads) if constrained and todo else None
-    with progress_bar(total=len(rows), initial=len(rows) - len(todo), unit="example", desc=f"attempts ({split})",
-              progress=progress) as bar:
-        for start in range(0, len(todo), per_batch):
-            chunk = todo[start:start + per_batch]
-            scripts = generate(model, tokenizer, [row["prompt"] for row in chunk], n=n, temperature=temperature,
-                               max_new_tokens=max_new_tokens, batch_size=batch_size,
-                               seed=seed + chunk[0]["index"], constraint=constraint)
-            endings = constraint.take_endings(n) if constraint else None
-            judged = evaluate_attempts(evaluator, workloads, chunk, scripts, split=split, endings=endings)
-            if out:
-                with open(out, "a") as f:  # append-only: an interrupted run keeps every judged attempt
-                    f.writelines(json.dumps(a.to_json()) + "\n" for a in judged)
-            attempts.extend(judged)
-            bar.update(len(chunk))
-    if constraint is not None:
-        constraint.close()
+    try:
+        with progress_bar(total=len(rows), initial=len(rows) - len(todo), unit="example",
+                          desc=f"attempts ({split})", progress=progress) as bar:
+            for start in range(0, len(todo), per_batch):
+                chunk = todo[start:start + per_batch]
+                scripts = generate(model, tokenizer, [row["prompt"] for row in chunk], n=n, temperature=temperature,
+                                   max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                   seed=seed + chunk[0]["index"], constraint=constraint)
+                endings = constraint.take_endings(n) if constraint else None
+                judged = evaluate_attempts(evaluator, workloads, chunk, scripts, split=split, endings=endings)
+                if out:
+                    with open(out, "a") as f:  # append-only: an interrupted run keeps every judged attempt
+                        f.writelines(json.dumps(a.to_json()) + "\n" for a in judged)
+                attempts.extend(judged)
+                bar.update(len(chunk))
+    finally:  # the constraint's worker process
+        if constraint is not None:
+            constraint.close()
     return sorted(attempts, key=lambda a: (a.index, a.sample))
 
 
