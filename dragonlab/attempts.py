@@ -45,10 +45,7 @@ class Attempt:
 
     @classmethod
     def from_json(cls, d: dict) -> "Attempt":
-        e = dict(d["evaluation"])
-        e["repairs"] = tuple(e.get("repairs") or ())
-        e["latencies"] = tuple(e["latencies"]) if e.get("latencies") else None
-        return cls(**{**d, "evaluation": Evaluation(**e)})
+        return cls(**{**d, "evaluation": Evaluation.from_json(d["evaluation"])})
 
 
 def evaluate_attempts(evaluator: Evaluator, workloads: dict[str, Workload], rows: list[dict],
@@ -70,8 +67,51 @@ def evaluate_attempts(evaluator: Evaluator, workloads: dict[str, Workload], rows
             where.append((i, s))
     evaluations = evaluator.evaluate_many(items, reference_latencies=[refs.get(i) for i, _ in where],
                                           progress=progress)
+    # An empty script is the unscheduled kernel: correct, and no attempt at all (a refusal, a
+    # reply with nothing in it). It counts as writing nothing, not as a correct schedule.
+    evaluations = [Evaluation(e.workload, e.target, "decode", "empty script: nothing was written")
+                   if not script.strip() else e for (_, script), e in zip(items, evaluations)]
     return [Attempt(split, rows[i].get("index", i), s, rows[i]["task"], rows[i]["workload"], rows[i].get("name", ""),
                     scripts[i][s], e, endings[i][s] if endings else None) for (i, s), e in zip(where, evaluations)]
+
+
+class ModelWriter:
+    """A local model as a script writer: `write(prompts, n=, seed=)` gives n scripts per prompt.
+    `constrained`: through `dragonlab.constrain` (every script decodes and applies); then
+    `endings(n)` says how each script of the last call ended. Close it (or use `with`)."""
+
+    def __init__(self, model, tokenizer, *, temperature: float = 0.8, max_new_tokens: int = 512,
+                 batch_size: int = 8, rows: list[dict] = (), workloads: dict | None = None, constrained: bool = False):
+        from dragonlab.constrain import for_rows
+
+        self.model, self.tokenizer = model, tokenizer
+        self.temperature, self.max_new_tokens, self.batch_size = temperature, max_new_tokens, batch_size
+        self.constraint = for_rows(tokenizer, rows, workloads) if constrained and rows else None
+
+    def write(self, prompts: list[str], *, n: int, seed: int) -> list[list[str]]:
+        from dragonlab.models import generate
+
+        return generate(self.model, self.tokenizer, prompts, n=n, temperature=self.temperature,
+                        max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, seed=seed,
+                        constraint=self.constraint)
+
+    def add_prompts(self, rows: list[dict], workloads: dict) -> None:
+        """Let the constraint follow scripts for more prompts (rows with "prompt" and "workload")."""
+        if self.constraint is not None:
+            self.constraint.modules.update({row["prompt"]: workloads[row["workload"]].mod for row in rows})
+
+    def endings(self, n: int) -> list[list[str]] | None:
+        return self.constraint.take_endings(n) if self.constraint else None
+
+    def close(self) -> None:
+        if self.constraint is not None:  # its worker process
+            self.constraint.close()
+
+    def __enter__(self) -> "ModelWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def sample_and_evaluate(model, tokenizer, evaluator: Evaluator, dataset, workloads: dict[str, Workload], *,
@@ -81,36 +121,45 @@ def sample_and_evaluate(model, tokenizer, evaluator: Evaluator, dataset, workloa
     """n attempts at each example of `dataset[split]` (the first `limit`), generated, judged and
     appended to `out` (a JSON-lines file) example by example; attempts already there are kept.
     `constrained`: generate with `dragonlab.constrain` (every script decodes and applies)."""
-    from dragonlab.constrain import for_rows
-    from dragonlab.models import generate
-
     if split not in dataset:
         raise KeyError(f"the dataset has no {split!r} split (it has {', '.join(dataset)})")
     rows = [dict(row, index=i) for i, row in enumerate(dataset[split])][:limit]
-    done = read_attempts(out) if out and Path(out).exists() else []
-    have = {(a.split, a.index) for a in done}
-    todo = [row for row in rows if (split, row["index"]) not in have]
-    attempts = [a for a in done if a.split == split and a.index < len(rows)]
-    per_batch = max(1, batch_size // n)
-    constraint = for_rows(tokenizer, todo, workloads) if constrained and todo else None
-    try:
-        with progress_bar(total=len(rows), initial=len(rows) - len(todo), unit="example",
-                          desc=f"attempts ({split})", progress=progress) as bar:
-            for start in range(0, len(todo), per_batch):
-                chunk = todo[start:start + per_batch]
-                scripts = generate(model, tokenizer, [row["prompt"] for row in chunk], n=n, temperature=temperature,
-                                   max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                   seed=seed + chunk[0]["index"], constraint=constraint)
-                endings = constraint.take_endings(n) if constraint else None
-                judged = evaluate_attempts(evaluator, workloads, chunk, scripts, split=split, endings=endings)
-                if out:
-                    with open(out, "a") as f:  # append-only: an interrupted run keeps every judged attempt
-                        f.writelines(json.dumps(a.to_json()) + "\n" for a in judged)
-                attempts.extend(judged)
-                bar.update(len(chunk))
-    finally:  # the constraint's worker process
-        if constraint is not None:
-            constraint.close()
+    todo = pending(rows, split, out)
+    with ModelWriter(model, tokenizer, temperature=temperature, max_new_tokens=max_new_tokens,
+                     batch_size=batch_size, rows=todo, workloads=workloads, constrained=constrained) as writer:
+        return write_and_evaluate(writer, evaluator, rows, workloads, split=split, n=n, out=out, seed=seed,
+                                  per_batch=max(1, batch_size // n), progress=progress)
+
+
+def pending(rows: list[dict], split: str, out: str | os.PathLike | None) -> list[dict]:
+    """The rows (with their "index") that the attempts file `out` holds no attempts for yet."""
+    have = {(a.split, a.index) for a in read_attempts(out)} if out and Path(out).exists() else set()
+    return [row for row in rows if (split, row["index"]) not in have]
+
+
+def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads: dict[str, Workload], *,
+                       split: str, n: int, out: str | os.PathLike | None = None, seed: int = 0, per_batch: int = 1,
+                       progress: bool = True) -> list[Attempt]:
+    """n attempts by `writer` (anything with `write(prompts, n=, seed=)`: a `ModelWriter`, an
+    `llm.ChatModel`) at each row (a dataset row with its "index" in `split`), judged and appended
+    to `out` batch by batch; rows `out` already holds are not attempted again. The seed of a
+    batch is `seed` + its first row's index, so a resumed run writes what an unbroken one would."""
+    done = [a for a in read_attempts(out) if a.split == split] if out and Path(out).exists() else []
+    indices = {row["index"] for row in rows}
+    attempts = [a for a in done if a.index in indices]
+    todo = pending(rows, split, out)
+    with progress_bar(total=len(rows), initial=len(rows) - len(todo), unit="example",
+                      desc=f"attempts ({split})", progress=progress) as bar:
+        for start in range(0, len(todo), per_batch):
+            chunk = todo[start:start + per_batch]
+            scripts = writer.write([row["prompt"] for row in chunk], n=n, seed=seed + chunk[0]["index"])
+            endings = writer.endings(n) if hasattr(writer, "endings") else None
+            judged = evaluate_attempts(evaluator, workloads, chunk, scripts, split=split, endings=endings)
+            if out:
+                with open(out, "a") as f:  # append-only: an interrupted run keeps every judged attempt
+                    f.writelines(json.dumps(a.to_json()) + "\n" for a in judged)
+            attempts.extend(judged)
+            bar.update(len(chunk))
     return sorted(attempts, key=lambda a: (a.index, a.sample))
 
 

@@ -111,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     _dataset_commands(sub)
     _model_commands(sub)
     _rl_commands(sub)
+    _report_commands(sub)
 
     c = sub.add_parser("demo", help="the quick end-to-end pipeline on the CPU")
     c.add_argument("--out", type=Path, default=Path("runs/demo"))
@@ -489,6 +490,74 @@ def _rl_commands(sub) -> None:
     c.add_argument("--constrained", action="store_true", help="constrained decoding for both models")
     c.add_argument("--out", type=Path, required=True, help="directory for both models' attempts (appended)")
     c.set_defaults(run=_compare)
+
+
+def _report_commands(sub) -> None:
+    # Defaults left out here are ReportConfig's (importing it would make --help slow).
+    c = sub.add_parser("report", help="the replication report: models against search, dlight, random and LLMs",
+                       description="On the held-out prompts of RUN/dataset: k attempts per prompt by each model "
+                                   "(RUN/sft/model, RUN/rl/model) and an optional LLM endpoint, multi-turn "
+                                   "refinement, MetaSchedule search at several budgets (plain and model-seeded), "
+                                   "random design-space samples and dlight's defaults, all judged by one "
+                                   "evaluator; writes RUN/report/report.json and report.html. Rerunning resumes.")
+    c.add_argument("--run", dest="run_dir", type=Path, required=True, help="a run directory holding dataset/ and sft/ (rl/)")
+    c.add_argument("--k", type=int, help="attempts per held-out prompt (default 8)")
+    c.add_argument("--budgets", type=int, nargs="+", help="MetaSchedule trial budgets (default 8 32 128 512)")
+    c.add_argument("--turns", type=int, help="refinement turns after each construction attempt (default 3)")
+    c.add_argument("--refinement-per-workload", type=int, help="refinement prompts per held-out workload (default 2)")
+    c.add_argument("--splits", nargs="+", help="held-out splits (default test test_family)")
+    c.add_argument("--temperature", type=float, help="default 0.8")
+    c.add_argument("--max-new-tokens", type=int, help="default 768")
+    c.add_argument("--seed", type=int, help="default 0")
+    c.add_argument("--constrained", action="store_true", default=None, help="constrained decoding for the models")
+    c.add_argument("--llm-base-url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    c.add_argument("--llm-model", help="the model name the endpoint serves")
+    c.add_argument("--llm-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    c.set_defaults(run=_report)
+
+
+def _report(args) -> int:
+    from dragonlab.report import ReportConfig, run_report
+
+    if bool(args.llm_base_url) != bool(args.llm_model):
+        raise UsageError("--llm-base-url and --llm-model go together")
+    options = ("k", "budgets", "turns", "refinement_per_workload", "splits", "temperature", "max_new_tokens", "seed",
+               "constrained")
+    given = {name: getattr(args, name) for name in options if getattr(args, name) is not None}
+    for name in ("budgets", "splits"):
+        if name in given:
+            given[name] = tuple(given[name])
+    try:
+        config = ReportConfig(**given)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not (args.run_dir / "dataset").is_dir():
+        raise UsageError(f"{args.run_dir}/dataset does not exist (a run directory holds dataset/, sft/ and rl/)")
+    llm = None
+    if args.llm_base_url:
+        from dragonlab.llm import ChatModel
+
+        llm = ChatModel(args.llm_base_url, args.llm_model, api_key_env=args.llm_key_env,
+                        temperature=config.temperature)
+    start = time.monotonic()
+    report = run_report(args.run_dir, config, llm=llm)
+    print(summary_text(report))
+    print(f"report in {time.monotonic() - start:.0f} s -> {args.run_dir / 'report' / 'report.html'}")
+    return 0
+
+
+def summary_text(report: dict) -> str:
+    """A few lines of report.json for the terminal."""
+    lines = []
+    for name, s in report["systems"].items():
+        cells = [f"{t} {s[t]['correct']:.1%}" for t in ("construction", "refinement") if t in s]
+        lines.append(f"{name}: per-attempt correctness {', '.join(cells)}")
+    for name, by_budget in report["best_of_k_vs_metaschedule"].items():
+        cells = [f"N={n}: {r['geomean_latency_ratio']:.3g}x ({r['workloads']} wl)" if r["geomean_latency_ratio"]
+                 else f"N={n}: -" for n, r in by_budget.items()]
+        label = name if "best-of" in name else f"{name} best-of-{report['config']['k']}"
+        lines.append(f"{label} latency / MetaSchedule at N: {', '.join(cells)}")
+    return "\n".join(lines)
 
 
 def _rl(args) -> int:

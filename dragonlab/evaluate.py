@@ -96,6 +96,11 @@ class Evaluation:
             return self.reference_latency / self.latency
         return None
 
+    @classmethod
+    def from_json(cls, d: dict) -> "Evaluation":
+        return cls(**{**d, "repairs": tuple(d.get("repairs") or ()),
+                      "latencies": tuple(d["latencies"]) if d.get("latencies") else None})
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["latencies"] = list(self.latencies) if self.latencies else None

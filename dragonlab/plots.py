@@ -116,3 +116,83 @@ def latency_figure(labelled: list[tuple[str, Evaluation]]) -> go.Figure:
     fig.update_layout(template="plotly_white", title="Latency and its spread over repeats", showlegend=False,
                       width=900, height=450)
     return fig
+
+
+# --- the replication report (dragonlab.report's report.json) -------------------------------------
+
+def report_correctness_figure(report: dict) -> go.Figure:
+    """Per system and task, the share of attempts that stopped at each stage."""
+    fig = go.Figure()
+    labels, shares = [], []
+    for name, system in report["systems"].items():
+        for row in system["summary"]:
+            if row["task"] != "all":
+                labels.append(f"{name}<br>{row['task']}")
+                shares.append({s: c / row["attempts"] for s, c in row["stopped_at"].items()})
+    for stage in (*STAGES, OK):
+        ys = [share.get(stage, 0.0) for share in shares]
+        if any(ys):
+            fig.add_bar(x=labels, y=ys, name=stage, marker_color=_STAGE_COLOURS[stage])
+    fig.update_layout(barmode="stack", template="plotly_white", title="Per-attempt outcome by stage",
+                      yaxis_title="share of attempts", yaxis_tickformat=".0%", legend_title="stage",
+                      width=760, height=420)
+    return fig
+
+
+def report_search_figure(report: dict) -> go.Figure:
+    """Geomean latency ratio (system / MetaSchedule at N trials) against N: below 1 the system is faster."""
+    fig = go.Figure()
+    curves = dict(report["best_of_k_vs_metaschedule"])
+    curves.update({name: b["vs_metaschedule"] for name, b in report["baselines"].items()
+                   if name not in curves and not name.startswith(("metaschedule@", "unscheduled"))})
+    for name, by_budget in curves.items():
+        xs = [int(n) for n in by_budget if by_budget[n]["geomean_latency_ratio"]]
+        ys = [by_budget[str(n)]["geomean_latency_ratio"] for n in xs]
+        if xs:
+            fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=name,
+                            hovertemplate=name + "<br>N=%{x}: %{y:.3g}x<extra></extra>")
+    fig.add_hline(y=1.0, line=dict(color="grey", dash="dash"), annotation_text="as fast as search")
+    fig.update_xaxes(type="log", title="MetaSchedule trials N")
+    fig.update_yaxes(type="log", title="latency / MetaSchedule's best at N (geomean)")
+    fig.update_layout(template="plotly_white", title="Best-of-k kernels against search budgets", width=760, height=440)
+    return fig
+
+
+def report_scaling_figure(report: dict) -> go.Figure:
+    """Test-time scaling: geomean speedup over the unscheduled kernel against best-of-k and against turns."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("best of k attempts", "refinement turns"))
+    for i, (name, curve) in enumerate(report["best_of_k_curve"].items()):
+        pts = curve["points"]
+        fig.add_scatter(x=[p["k"] for p in pts], y=[p["geomean_speedup"] for p in pts], mode="lines+markers",
+                        name=name, legendgroup=name, line_color=_PALETTE[i % len(_PALETTE)], row=1, col=1)
+    for i, (name, curve) in enumerate(report["turns"].items()):
+        pts = curve["points"]
+        fig.add_scatter(x=[p["turn"] for p in pts], y=[p["geomean_speedup"] for p in pts], mode="lines+markers",
+                        name=name, legendgroup=name, showlegend=name not in report["best_of_k_curve"],
+                        line_color=_PALETTE[i % len(_PALETTE)], row=1, col=2)
+    fig.update_yaxes(title="geomean speedup vs unscheduled (incorrect = 1x)", row=1, col=1)
+    fig.update_xaxes(title="k", row=1, col=1)
+    fig.update_xaxes(title="turn", row=1, col=2)
+    fig.update_layout(template="plotly_white", title="Test-time scaling", width=900, height=420)
+    return fig
+
+
+def report_latency_figure(report: dict) -> go.Figure:
+    """Per held-out workload: each system's best kernel latency (ms, log); missing = no correct kernel."""
+    names = report.get("workload_names", {})
+    keys = list(names) or sorted({k for b in report["baselines"].values() for k in b["per_workload"]})
+    series = {f"{n} best-of-k": report["best_of_k"][n] for n in report.get("best_of_k", {})}
+    series.update({n: {k: v["latency"] for k, v in b["per_workload"].items()} for n, b in report["baselines"].items()})
+    fig = go.Figure()
+    for name, by_key in series.items():
+        fig.add_bar(x=[names.get(k, k) for k in keys], y=[(by_key.get(k) or float("nan")) * 1e3 for k in keys],
+                    name=name)
+    fig.update_yaxes(type="log", title="latency (ms, median of repeats)")
+    fig.update_layout(template="plotly_white", barmode="group", title="Kernels per held-out workload",
+                      width=900, height=460)
+    return fig
+
+
+_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")

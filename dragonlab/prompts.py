@@ -62,6 +62,17 @@ def refinement_prompt(kernel: str, target: str, script: str) -> str:
             f"faster script:\n")
 
 
+def refinement_from(construction: str, script: str) -> str:
+    """The refinement prompt for the kernel of a construction prompt and `script`: the next
+    turn of a multi-turn refinement."""
+    head, sep, kernel = construction.partition("\nkernel:\n")
+    lines = head.split("\n")
+    if not sep or lines[0] != f"task: {CONSTRUCTION}" or not lines[1].startswith("target: ") \
+            or not kernel.endswith("\nscript:\n"):
+        raise ValueError("not a construction prompt: " + construction[:60].replace("\n", " | "))
+    return refinement_prompt(kernel[:-len("\nscript:\n")], lines[1][len("target: "):], script)
+
+
 def compact(func: tirx.PrimFunc) -> str:
     """The compact form of a PrimFunc (module docstring)."""
     printer = _Printer()
