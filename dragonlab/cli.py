@@ -8,6 +8,7 @@ is overwritten. Anything else is a bug and shows its traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dragonlab: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
-        if type(e).__name__ == "RunnerUnavailableError":
+        if type(e).__name__ in ("RunnerUnavailableError", "ChatError"):  # clear messages; no traceback
             print(f"dragonlab: error: {e}", file=sys.stderr)
             return 2
         raise
@@ -115,7 +116,10 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("demo", help="the quick end-to-end pipeline on the CPU")
     c.add_argument("--out", type=Path, default=Path("runs/demo"))
-    c.add_argument("--trials", type=int, default=16)
+    c.add_argument("--trials", type=int, default=16, help="MetaSchedule candidates per quick workload")
+    c.add_argument("--preset", default="scratch-tiny", help="the model fine-tuned by SFT")
+    c.add_argument("--sft-steps", type=int, default=200)
+    c.add_argument("--rl-steps", type=int, default=6)
     c.set_defaults(run=_demo)
     return p
 
@@ -368,25 +372,50 @@ def _codec_show(args) -> int:
 
 
 def _demo(args) -> int:
-    """The quick pipeline so far: collect the quick suite on the CPU, summarise the records,
-    prove the codec exact on them, re-evaluate every record through the evaluator, and build the
-    construction and refinement datasets. Rerunning resumes collection and keeps the dataset."""
-    records_dir, dataset_dir = args.out / "records", args.out / "dataset"
+    """The quick pipeline as a papermill batch of the notebooks: collect the quick suite and build
+    the datasets (03), check the codec on every record, fine-tune (04), RL (05), and the report
+    (06). The executed notebooks stay in OUT/notebooks; every stage resumes or reuses what an
+    earlier run left in OUT."""
+    import papermill
+
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    if not notebooks.is_dir():
+        raise UsageError(f"{notebooks} is missing: the demo runs from a source checkout (pip install -e .)")
+    out = args.out.resolve()
+    (out / "notebooks").mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the notebooks' own progress output, not one line per update
+    data, sft, rl = out / "dataset", out / "sft", out / "rl"
     steps = [
-        ["collect", "--suite", "quick", "--target", "cpu", "--trials", str(args.trials), "--out", str(records_dir)],
-        ["records", "stats", str(records_dir)],
-        ["codec", "check", str(records_dir)],
-        ["evaluate", "--db", str(records_dir), "--target", "cpu"],
+        ("03_dataset", {"records": str(out / "records"), "trials": args.trials, "families": None, "resume": True,
+                        "out": str(data), "holdout_family": "softmax"}),
+        ("codec check", ["codec", "check", str(out / "records")]),
+        ("04_sft", {"data": str(data), "run": str(sft), "preset": args.preset, "max_steps": args.sft_steps,
+                    "split": "test", "n": 1, "limit": 4}),
+        ("05_rl", {"data": str(data), "sft_run": str(sft), "run": str(rl), "max_steps": args.rl_steps,
+                   "num_generations": 4, "prompts_per_step": 2, "splits": ["test", "test_family"], "limit": 2}),
+        ("06_evaluate", {"run": str(out), "k": 8, "budgets": [8, 16, 32], "turns": 2, "refinement_per_workload": 1,
+                         "constrained": True}),
     ]
-    if not dataset_dir.exists():
-        steps.append(["dataset", "build", "--records", str(records_dir), "--out", str(dataset_dir),
-                      "--holdout-family", "softmax"])
-    steps.append(["dataset", "stats", str(dataset_dir)])
-    for step in steps:
-        print(f"\n$ dragonlab {' '.join(step)}", flush=True)
-        code = main(step)
-        if code:
-            return code
+    start, times = time.monotonic(), []
+    for name, what in steps:
+        began = time.monotonic()
+        if isinstance(what, list):
+            print(f"\n$ dragonlab {' '.join(what)}", flush=True)
+            code = main(what)
+            if code:
+                return code
+        else:
+            target = out / "notebooks" / f"{name}.ipynb"
+            print(f"\n== notebooks/{name}.ipynb -> {target}", flush=True)
+            papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(target), parameters=what,
+                                       kernel_name="python3", cwd=str(out), progress_bar=False)
+        times.append((name, time.monotonic() - began))
+        print(f"   {name}: {times[-1][1]:.0f} s", flush=True)
+    from dragonlab.report import read_report
+
+    print("\n" + summary_text(read_report(out / "report")))
+    print(f"\ndemo finished in {time.monotonic() - start:.0f} s ({', '.join(f'{n} {t:.0f} s' for n, t in times)})")
+    print(f"report: {out / 'report' / 'report.html'}; executed notebooks: {out / 'notebooks'}")
     return 0
 
 
@@ -578,7 +607,6 @@ def _rl(args) -> int:
 
 def _compare(args) -> int:
     import json
-    import os
 
     import torch
 

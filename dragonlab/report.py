@@ -136,10 +136,10 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
 
     from dragonlab import dataset, models
     from dragonlab.evaluate import Evaluator
+    from dragonlab.sft import _claim
 
     run = Path(run)
     out = run / "report"
-    out.mkdir(parents=True, exist_ok=True)
     dsd, workloads = dataset.load(run / "dataset")
     rows = held_out_rows(dsd, config)
     if not rows:
@@ -147,6 +147,9 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     target = dataset.target_of(dsd, list(rows))
     held = list(dict.fromkeys(r["workload"] for split in rows.values() for r in split))
     systems = model_systems(run)
+    # A report resumes only with the settings it was started with (its files hold k attempts each, ...)
+    _claim(out, config, run / "dataset", models={n: str(p.resolve()) for n, p in systems.items()},
+           llm=[llm.base_url, llm.model] if llm is not None else None)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
     attempts: dict[str, list[Attempt]] = {}

@@ -202,7 +202,7 @@ def read_log(path: str | os.PathLike) -> list[dict]:
 def _claim(out: Path, config, data, **extra) -> None:
     """Make `out` this run's directory: a new one, or one holding the same config (a resume).
     Shared by the SFT and RL runs (`config` is their dataclass; `extra` what else fixes the run)."""
-    run = {"config": asdict(config), "data": str(Path(data).resolve()), **extra}
+    run = json.loads(json.dumps({"config": asdict(config), "data": str(Path(data).resolve()), **extra}))  # as read back
     meta = out / "run.json"
     if meta.exists():
         old = json.loads(meta.read_text())

@@ -1,10 +1,7 @@
 """The LLM baseline against a chat-completions server on loopback, and one reply judged for real."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
+from chat_server import MODEL, serving
 
 from dragonlab import codec
 from dragonlab.evaluate import EvalConfig, Evaluator
@@ -12,72 +9,14 @@ from dragonlab.explore import forms, sample_traces
 from dragonlab.llm import EXAMPLE_KERNEL, EXAMPLE_SCRIPT, SCRIPT_LANGUAGE, ChatError, ChatModel, script_of
 from dragonlab.prompts import construction_prompt, kernel_text
 
-MODEL = "tiny-chat"
 KERNEL = "def main(A: float32[8], B: float32[8])\nblock B(i 8):\n  B[i] = A[i]"
-
-
-class ChatServer:
-    """Speaks POST /v1/chat/completions as an OpenAI-compatible server does, and records every
-    request. `fail_with`: statuses to answer with first, one per request; `per_request`: the most
-    choices one response holds (None: as many as asked); `contents(k)`: the k-th reply overall."""
-
-    def __init__(self):
-        self.requests: list[dict] = []
-        self.fail_with: list[int] = []
-        self.per_request: int | None = None
-        self.contents = lambda k: f"Here is a script.\n```text\nget C{k}\n```\nIt tiles nothing."
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self.http.chat = self
-        self.base_url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
-
-    def answer(self, path: str, raw: bytes, authorization: str | None) -> tuple[int, dict]:
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return 400, {"error": {"message": "body is not JSON"}}
-        self.requests.append({"path": path, "body": body, "authorization": authorization})
-        if path != "/v1/chat/completions":
-            return 404, {"error": {"message": f"no route {path}"}}
-        if body.get("model") != MODEL:
-            return 404, {"error": {"message": f"model {body.get('model')!r} does not exist"}}
-        roles = [m.get("role") for m in body.get("messages", [])]
-        if roles != ["system", "user"] or not {"n", "temperature", "max_tokens", "seed"} <= set(body):
-            return 400, {"error": {"message": f"bad request: roles {roles}, fields {sorted(body)}"}}
-        if self.fail_with:
-            return self.fail_with.pop(0), {"error": {"message": "try again"}}
-        served = sum(len(r.get("served", ())) for r in self.requests)
-        k = range(served, served + min(body["n"], self.per_request or body["n"]))
-        self.requests[-1]["served"] = k
-        return 200, {"object": "chat.completion", "model": MODEL,
-                     "choices": [{"index": i, "message": {"role": "assistant", "content": self.contents(j)},
-                                  "finish_reason": "stop"} for i, j in enumerate(k)]}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        status, payload = self.server.chat.answer(self.path, raw, self.headers.get("Authorization"))
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
 def server(monkeypatch):
     monkeypatch.setenv("no_proxy", "127.0.0.1")  # an http_proxy in the environment must not intercept loopback
-    chat = ChatServer()
-    thread = threading.Thread(target=chat.http.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield chat
-    chat.http.shutdown()
-    chat.http.server_close()
-    thread.join()
+    with serving() as chat:
+        yield chat
 
 
 def fast_model(base_url: str, **kwargs) -> ChatModel:
@@ -161,7 +100,7 @@ def test_replies_are_judged_by_the_evaluator_garbage_at_decode(server, quick):
     w = quick["matmul"]
     real = forms(sample_traces(w, "cpu", n=1, seed=3)[0].sch.trace).script
     replies = [f"```\n{real}\n```", "I would tile the loops by 16 and vectorise the inner one."]
-    server.contents = lambda k: replies[k]
+    server.contents = lambda k, body: replies[k]
     scripts = fast_model(server.base_url).write([construction_prompt(kernel_text(w), "cpu")], n=2, seed=0)[0]
     assert scripts[0] == real
     with Evaluator("cpu", EvalConfig(workers=1, time=False)) as evaluator:

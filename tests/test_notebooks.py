@@ -25,3 +25,20 @@ def test_notebook_runs_with_small_parameters(notebook_kernel, name, parameters, 
     assert "parameters" in cells[1].metadata.tags and "injected-parameters" in cells[2].metadata.tags
     text = "".join(o.get("text", "") for cell in cells for o in cell.get("outputs", []))
     assert "exact=True" in text and "script (" in text and "as_python (" in text
+
+
+def test_quickstart_searches_steps_and_compares(notebook_kernel, tmp_path, monkeypatch):
+    """00_quickstart: a small search, the stepper and the comparison widget, rendered as widget views."""
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    source = NOTEBOOKS / "00_quickstart.ipynb"
+    assert all(not cell.get("outputs") for cell in nbformat.read(source, 4).cells), "commit notebooks without outputs"
+    out = tmp_path / "00.ipynb"
+    papermill.execute_notebook(str(source), str(out), parameters={"trials": 4, "samples": 1, "records": "records"},
+                               kernel_name=notebook_kernel, cwd=str(tmp_path), progress_bar=False)
+    outputs = [o for cell in nbformat.read(out, 4).cells for o in cell.get("outputs", [])]
+    views = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(views) == 2  # the stepper and the comparison
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "get " in text and "T.prim_func" in text  # the kernel, then the best script
+    assert (tmp_path / "records" / "workloads.jsonl").is_file()
