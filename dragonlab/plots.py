@@ -141,18 +141,19 @@ def report_correctness_figure(report: dict) -> go.Figure:
 
 def report_search_figure(report: dict) -> go.Figure:
     """Geomean latency ratio (system / MetaSchedule at N trials) against N: below 1 the system is faster."""
+    from dragonlab.report import search_curves
+
     fig = go.Figure()
-    curves = dict(report["best_of_k_vs_metaschedule"])
-    curves.update({name: b["vs_metaschedule"] for name, b in report["baselines"].items()
-                   if name not in curves and not name.startswith(("metaschedule@", "unscheduled"))})
-    for name, by_budget in curves.items():
+    for name, by_budget in search_curves(report).items():
         xs = [int(n) for n in by_budget if by_budget[n]["geomean_latency_ratio"]]
         ys = [by_budget[str(n)]["geomean_latency_ratio"] for n in xs]
         if xs:
             fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=name,
                             hovertemplate=name + "<br>N=%{x}: %{y:.3g}x<extra></extra>")
-    fig.add_hline(y=1.0, line=dict(color="grey", dash="dash"), annotation_text="as fast as search")
-    fig.update_xaxes(type="log", title="MetaSchedule trials N")
+    fig.add_hline(y=1.0, line=dict(color="grey", dash="dash"), annotation_text="as fast as search",
+                  annotation_position="bottom right")
+    budgets = sorted(report["config"]["budgets"])
+    fig.update_xaxes(type="log", title="MetaSchedule trials N", tickvals=budgets, ticktext=[str(b) for b in budgets])
     fig.update_yaxes(type="log", title="latency / MetaSchedule's best at N (geomean)")
     fig.update_layout(template="plotly_white", title="Best-of-k kernels against search budgets", width=760, height=440)
     return fig

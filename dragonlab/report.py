@@ -180,9 +180,13 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     report["llm"] = {"base_url": llm.base_url, "model": llm.model} if llm is not None else None
     report["sources"] = sorted(p.name for p in out.iterdir() if p.suffix == ".jsonl" or p.is_dir())
     write_atomic(out / "report.json", json.dumps(report, indent=1, default=_plain) + "\n")
-    from dragonlab.report_html import write_html
+    from dragonlab.report_html import write_html, write_pngs
 
     write_html(report, out / "report.html")
+    try:
+        write_pngs(report, out / "figures")
+    except Exception as e:  # no Chrome for kaleido: the HTML report has the same figures
+        print(f"figures not exported as PNG ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})")
     return report
 
 
@@ -498,6 +502,16 @@ def _audit(attempts: dict[str, list[Attempt]], base: dict) -> dict:
             if isinstance(d, dict) and (d.get("evaluation") or {}).get("suspicious"):
                 suspicious.append({"system": system, "workload": key})
     return {"suspicious": suspicious, "decoded": decoded, "round_trip_failures": not_exact}
+
+
+def search_curves(report: dict) -> dict[str, dict]:
+    """{system: {budget: ratio row}} of every system and baseline that is compared with
+    MetaSchedule at N trials (not search itself, nor the seeded search: it ran at one budget)."""
+    curves = dict(report["best_of_k_vs_metaschedule"])
+    curves.update({name: b["vs_metaschedule"] for name, b in report["baselines"].items()
+                   if name not in curves and not name.startswith(("metaschedule@", "unscheduled"))
+                   and "seeded" not in name})
+    return curves
 
 
 def read_report(path: str | os.PathLike) -> dict:

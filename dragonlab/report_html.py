@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dragonlab import plots
 from dragonlab.records import write_atomic
+from dragonlab.report import search_curves
 
 
 def _fmt(x, kind: str = "") -> str:
@@ -96,10 +97,7 @@ def sections(report: dict) -> list[tuple[str, str]]:
 
     budgets = sorted(cfg["budgets"])
     rows = []
-    curves = dict(report["best_of_k_vs_metaschedule"])
-    curves.update({n: b["vs_metaschedule"] for n, b in report["baselines"].items()
-                   if n not in curves and not n.startswith(("metaschedule@", "unscheduled"))})
-    for n, by_budget in curves.items():
+    for n, by_budget in search_curves(report).items():
         cells = []
         for b in budgets:
             r = by_budget.get(str(b), {})
@@ -148,6 +146,19 @@ def sections(report: dict) -> list[tuple[str, str]]:
 def figures(report: dict) -> dict:
     return {"outcomes": plots.report_correctness_figure(report), "search": plots.report_search_figure(report),
             "scaling": plots.report_scaling_figure(report), "latency": plots.report_latency_figure(report)}
+
+
+def write_pngs(report: dict, folder: str | os.PathLike, *, scale: float = 2) -> list[Path]:
+    """The figures as PNG files (`folder/<name>.png`), for slides and docs. kaleido renders them
+    in a Chrome: the system's chromium is found on PATH (or set BROWSER_PATH)."""
+    import plotly.io as pio
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    figs = figures(report)
+    paths = [folder / f"{name}.png" for name in figs]
+    pio.write_images(list(figs.values()), paths, scale=scale)
+    return paths
 
 
 def write_html(report: dict, path: str | os.PathLike) -> Path:

@@ -14,6 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = "3.11"
 HEADER = "# Derived from pyproject.toml by scripts/derive_envs.py: edit pyproject.toml, then rerun it.\n"
+# torch's CPU wheels: without this index, pip takes PyPI's torch, a CUDA build of several GB.
+PIP_OPTIONS = ["--extra-index-url https://download.pytorch.org/whl/cpu"]
 
 
 def pip_requirements() -> list[str]:
@@ -28,7 +30,7 @@ def no_deps_requirements() -> list[str]:
 def environment_yml(*, install_self: bool) -> str:
     lines = [HEADER, f"# Then: pip install --no-deps {' '.join(no_deps_requirements())}\n", "name: dragonlab\n", "channels:\n  - conda-forge\n", "dependencies:\n",
              f"  - python={PYTHON}\n", "  - pip\n", "  - pip:\n"]
-    lines += [f"    - {req}\n" for req in pip_requirements()]
+    lines += [f"    - {req}\n" for req in PIP_OPTIONS + pip_requirements()]
     if install_self:
         lines.append("    - -e .\n")
     return "".join(lines)
@@ -39,6 +41,11 @@ def post_build() -> str:
 # repo2docker installed the pinned dependencies from binder/environment.yml; add dragonlab itself
 # and the packages pyproject.toml installs without their dependencies.
 python -m pip install --no-deps -e . {' '.join(no_deps_requirements())}
+# A Chrome for kaleido's PNG export of plotly figures, unless the image has one (Debian's chromium).
+command -v chromium >/dev/null || plotly_get_chrome -y
+# JupyterLab opens with ipywidgets and plotly working: both ship prebuilt lab extensions; check them.
+jupyter labextension list 2>&1 | grep -q "@jupyter-widgets/jupyterlab-manager.*enabled"
+jupyter labextension list 2>&1 | grep -q "jupyterlab-plotly.*enabled"
 """
 
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _pip_section(path: Path) -> list[str]:
     env = yaml.safe_load(path.read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    return [p for p in pip if not p.startswith("-e")]
+    return [p for p in pip if not p.startswith("-")]  # requirements, not pip options
 
 
 def test_environment_files_agree_with_pyproject():
@@ -40,3 +40,11 @@ def test_cli_help_lists_the_subcommands():
     assert out.returncode == 0
     for cmd in ("collect", "records", "workloads", "targets", "demo"):
         assert cmd in out.stdout
+
+
+def test_jupyterlab_has_the_widget_and_plotly_extensions():
+    """What binder/postBuild checks after its install: widgets and plotly figures render in JupyterLab."""
+    listed = subprocess.run([Path(sys.executable).parent / "jupyter", "labextension", "list"],
+                            capture_output=True, text=True)
+    out = listed.stdout + listed.stderr
+    assert "@jupyter-widgets/jupyterlab-manager" in out and "jupyterlab-plotly" in out, out
