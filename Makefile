@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # One torch thread per process: on 2-core machines two contended OpenMP threads were 3x slower.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: demo test install clean
+.PHONY: demo test install chromium clean
 
 $(BIN)/dragonlab: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +13,8 @@ $(BIN)/dragonlab: pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]' >$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $$($(BIN)/python scripts/derive_envs.py --no-deps) >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	$(BIN)/python -c "import dragonlab, tvm, torch"
+	# In a git checkout, strip notebook outputs on commit (.gitattributes names the filter).
+	if git rev-parse --git-dir >/dev/null 2>&1; then $(BIN)/nbstripout --install; fi
 	touch $@
 
 install: $(BIN)/dragonlab
@@ -20,7 +22,13 @@ install: $(BIN)/dragonlab
 demo: install
 	$(BIN)/dragonlab demo --out runs/demo
 
-test: install
+# The browser test and kaleido's PNG export drive Debian's Chromium: installed when missing (as root).
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "no chromium and not root: the browser test will be skipped (install Debian's chromium)"
+
+test: install chromium
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -408,7 +408,8 @@ def _demo(args) -> int:
             target = out / "notebooks" / f"{name}.ipynb"
             print(f"\n== notebooks/{name}.ipynb -> {target}", flush=True)
             papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(target), parameters=what,
-                                       kernel_name="python3", cwd=str(out), progress_bar=False)
+                                       kernel_name="python3", cwd=str(out), progress_bar=False,
+                                       execution_timeout=3600)  # a cell that hangs fails the demo
         times.append((name, time.monotonic() - began))
         print(f"   {name}: {times[-1][1]:.0f} s", flush=True)
     from dragonlab.report import read_report

@@ -321,13 +321,19 @@ def outside_search_space(plain: list) -> str | None:
 
 
 def _known_crash(plain: list) -> str | None:
-    """A decision that TVM turns into a process crash rather than an error: a zero tile factor
-    (SIGFPE while applying). Anything else that crashes is caught by the worker."""
+    """What TVM turns into a process crash rather than an error: a zero tile factor (SIGFPE while
+    applying), a ReIndex buffer type that is neither read nor write (abort). Anything else that
+    crashes is caught by the worker."""
     insts, decisions = plain
     for index, value in decisions:
         if (0 <= index < len(insts) and insts[index][0] in ("SamplePerfectTile", "SamplePartitionedTile")
                 and isinstance(value, list) and 0 in value):
             return f"instruction {index}: tile decision {value} has a zero factor (TVM would crash with SIGFPE)"
+    for index, inst in enumerate(insts):
+        # ReIndex's buffer_index_type is BufferIndexType: 0 read, 1 write. Another value passes the
+        # FFI, and the error it later meets (on a block without such a buffer) aborts the process.
+        if inst[0] == "ReIndex" and len(inst[2]) > 1 and inst[2][1] not in (0, 1):
+            return f"instruction {index}: reindex buffer type {inst[2][1]} is neither 0 (read) nor 1 (write)"
     return None
 
 

@@ -263,6 +263,9 @@ def candidates_from_report(run: str | Path) -> dict[str, list[Candidate]]:
     return dict(out)
 
 
+_COLOURS = ("#7f7f7f", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
+
+
 # --- the comparison widget ------------------------------------------------------------------------
 
 class Comparison:
@@ -345,7 +348,7 @@ class Comparison:
         script = widgets.Textarea(value=row["script"] or "(no instructions)", disabled=True,
                                   layout=widgets.Layout(width="100%", height="150px"))
         tir = widgets.HTML(_tir_html(row["tir"], None, row["error"]))
-        return widgets.VBox([head, script, tir], layout=widgets.Layout(min_width="380px", width="380px",
+        return widgets.VBox([head, script, tir], layout=widgets.Layout(min_width="330px", width="330px",
                                                                        border="1px solid #ddd", padding="4px"))
 
     def _diff(self) -> None:
@@ -353,7 +356,7 @@ class Comparison:
         if not a or not b:
             self.diff.value = ""
             return
-        table = difflib.HtmlDiff(wrapcolumn=70).make_table(
+        table = difflib.HtmlDiff(wrapcolumn=110).make_table(
             (a["tir"] or a["error"] or "").splitlines(), (b["tir"] or b["error"] or "").splitlines(),
             self.left.value, self.right.value, context=True, numlines=2)
         self.diff.value = f"<div style='font-size:11px;max-height:420px;overflow:auto'>{table}</div>"
@@ -365,13 +368,20 @@ class Comparison:
         flops, nbytes = work_of(self.workloads[self.workload.value])
         fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38],
                             subplot_titles=("latency per repeat (us)", "share of the roofline"))
-        for name, row in self.rows.items():
-            e = row["evaluation"]
-            if e.latencies:
-                fig.add_box(y=[t * 1e6 for t in e.latencies], name=name, boxpoints="all", row=1, col=1)
-                fig.add_bar(x=[name], y=[self.roofline.share(flops, nbytes, e.latency)], showlegend=False,
-                            row=1, col=2)
-        fig.update_yaxes(type="log", row=1, col=1)
+        timed = [(name, row["evaluation"]) for name, row in self.rows.items() if row["evaluation"].latencies]
+        for i, (name, e) in enumerate(timed):
+            colour = _COLOURS[i % len(_COLOURS)]
+            fig.add_box(y=[t * 1e6 for t in e.latencies], name=name, boxpoints="all", marker_color=colour,
+                        row=1, col=1)
+            fig.add_bar(x=[name], y=[self.roofline.share(flops, nbytes, e.latency)], marker_color=colour,
+                        showlegend=False, row=1, col=2)
+        if timed:  # a log axis with room above and below the extreme boxes
+            import math
+
+            lo = min(min(e.latencies) for _, e in timed) * 1e6
+            hi = max(max(e.latencies) for _, e in timed) * 1e6
+            fig.update_yaxes(range=[math.log10(lo / 1.4), math.log10(hi * 1.4)], row=1, col=1)
+        fig.update_yaxes(type="log", dtick="D2", row=1, col=1)
         fig.update_yaxes(tickformat=".1%", row=1, col=2)
         fig.update_layout(template="plotly_white", showlegend=False, height=380, width=900,
                           title=f"{self.workloads[self.workload.value].name}: {flops:.3g} FLOPs, "

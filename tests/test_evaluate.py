@@ -78,6 +78,17 @@ def test_zero_tile_factor_is_refused_before_it_can_crash_a_worker(evaluator, rec
     assert evaluator.worker_pids() == pids
 
 
+def test_a_reindex_buffer_type_that_aborts_tvm_is_refused(evaluator, records):
+    """`get root; reindex b0 5124 512` aborts the process that applies it (found by constrained
+    decoding with a barely trained model); type 0 or 1 on a real block is an ordinary answer."""
+    w, _ = _matmul_record(records)
+    assert evaluator.evaluate(w, "get C\nreindex b0 9 0").stage == "apply"  # TVM's own error
+    pids = evaluator.worker_pids()
+    e = evaluator.evaluate(w, "get root\nreindex b0 5124 512")
+    assert e.stage == "apply" and "neither 0 (read) nor 1 (write)" in e.reason
+    assert evaluator.worker_pids() == pids
+
+
 def test_a_crash_in_a_worker_is_an_evaluation_and_the_next_one_works(records):
     """The worker really dies (SIGFPE inside TVM) when the host check is bypassed."""
     from dragonlab import evaluate as ev_module

@@ -42,3 +42,14 @@ def test_quickstart_searches_steps_and_compares(notebook_kernel, tmp_path, monke
     text = "".join(o.get("text", "") for o in outputs)
     assert "get " in text and "T.prim_func" in text  # the kernel, then the best script
     assert (tmp_path / "records" / "workloads.jsonl").is_file()
+
+
+def test_every_notebook_is_a_lesson_with_parameters_and_no_outputs():
+    names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    assert names[0].startswith("00_") and names[-1].startswith("06_") and len(names) == 7
+    for name in names:
+        cells = nbformat.read(NOTEBOOKS / name, 4).cells
+        assert cells[0].cell_type == "markdown" and cells[0].source.startswith(f"# {name[:2]} · "), name
+        assert "parameters" in cells[1].metadata.get("tags", []), name
+        assert not any(c.get("outputs") or c.get("execution_count") for c in cells if c.cell_type == "code"), name
+        assert "What to take away" in cells[-1].source, name

@@ -1,0 +1,29 @@
+"""Regenerate docs/comparison.png: `python docs/make_screenshot.py` runs notebooks/00_quickstart.ipynb
+in JupyterLab in headless Chromium (Debian's `chromium` and the playwright package, as tests/test_browser.py
+does) and keeps the comparison cell's output."""
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS.parent / "tests"))
+
+import lab_browser  # noqa: E402  (tests/lab_browser.py)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=DOCS / "comparison.png")
+    parser.add_argument("--page", action="store_true", help="the whole JupyterLab page, not only the widget")
+    args = parser.parse_args()
+    notebook = lab_browser.NOTEBOOKS / "00_quickstart.ipynb"
+    with tempfile.TemporaryDirectory(prefix="dragonlab-screenshot-") as work:
+        rendered = lab_browser.render_comparison(notebook, Path(work), args.out.resolve(), crop=not args.page,
+                                                 workload=lab_browser.parameters(notebook)["workload"])
+    print(f"wrote {rendered.screenshot} ({rendered.figure_title})")
+
+
+if __name__ == "__main__":
+    main()
