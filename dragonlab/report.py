@@ -43,7 +43,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dragonlab.attempts import Attempt, ModelWriter, read_attempts, summary, write_and_evaluate
+from dragonlab.attempts import Attempt, ModelWriter, summary, write_and_evaluate
 from dragonlab.evaluate import Evaluation
 from dragonlab.prompts import CONSTRUCTION, REFINEMENT, refinement_from
 from dragonlab.records import write_atomic
@@ -521,9 +521,3 @@ def read_report(path: str | os.PathLike) -> dict:
     path = Path(path)
     path = path / "report.json" if path.is_dir() else path
     return json.loads(path.read_text())
-
-
-def attempts_of(report_dir: str | os.PathLike) -> dict[str, list[Attempt]]:
-    """Every system's attempts in a report directory, by system name."""
-    return {p.stem.removeprefix("attempts-"): read_attempts(p) for p in sorted(Path(report_dir).glob("attempts-*.jsonl"))}
-
