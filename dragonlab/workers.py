@@ -60,6 +60,9 @@ class Limits:
 
 def _serve(inbox: Connection, outbox: Connection, memory_bytes: int) -> None:
     """The child's loop: receive (function, args), send progress and then the result."""
+    # Ctrl-C (or a notebook kernel's interrupt, sent to its process group) is for the parent: it
+    # decides what becomes of a call, and ends its workers itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if memory_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 

@@ -24,6 +24,21 @@ def test_a_call_returns_and_the_worker_is_reused():
         w.close()
 
 
+def test_an_interrupt_is_left_to_the_parent():
+    """A notebook kernel's interrupt reaches its whole process group; workers ignore it and serve on."""
+    import os
+    import signal
+
+    w = Worker()
+    try:
+        assert w.call(worker_jobs.echo, 1) == 1
+        pid = w.pid
+        os.kill(pid, signal.SIGINT)
+        assert w.call(worker_jobs.echo, 2) == 2 and w.pid == pid
+    finally:
+        w.close()
+
+
 def test_a_spinning_call_is_killed_at_the_deadline_and_the_worker_restarts():
     w = Worker(Limits(timeout_sec=2))
     try:
