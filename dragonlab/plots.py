@@ -174,8 +174,8 @@ def report_scaling_figure(report: dict) -> go.Figure:
                         name=name, legendgroup=name, showlegend=name not in report["best_of_k_curve"],
                         line_color=_PALETTE[i % len(_PALETTE)], row=1, col=2)
     fig.update_yaxes(title="geomean speedup vs unscheduled (incorrect = 1x)", row=1, col=1)
-    fig.update_xaxes(title="k", row=1, col=1)
-    fig.update_xaxes(title="turn", row=1, col=2)
+    fig.update_xaxes(title="k", dtick=1, row=1, col=1)
+    fig.update_xaxes(title="turn", dtick=1, row=1, col=2)
     fig.update_layout(template="plotly_white", title="Test-time scaling", width=900, height=420)
     return fig
 
