@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -124,6 +125,11 @@ def held_out_rows(dsd, config: ReportConfig) -> dict[str, list[dict]]:
     return out
 
 
+def llm_system(model: str) -> str:
+    """The system name (and file-name part) of an LLM: `llm-` and its model name, made safe."""
+    return "llm-" + re.sub(r"[^A-Za-z0-9._-]+", "_", model)
+
+
 def model_systems(run: Path) -> dict[str, Path]:
     return {name: run / name / "model" for name in ("sft", "rl") if (run / name / "model").is_dir()}
 
@@ -131,7 +137,8 @@ def model_systems(run: Path) -> dict[str, Path]:
 def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *, llm=None,
                progress: bool = True) -> dict:
     """Judge every system on the held-out prompts of `run/dataset`, write `run/report/` and return
-    report.json's content. `llm`: an `llm.ChatModel` (its attempts are the system "llm")."""
+    report.json's content. `llm`: an `llm.ChatModel`; its attempts are the system `llm-<model>`,
+    in their own file, so LLMs can join a report one at a time."""
     import torch
 
     from dragonlab import dataset, models
@@ -148,8 +155,7 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     held = list(dict.fromkeys(r["workload"] for split in rows.values() for r in split))
     systems = model_systems(run)
     # A report resumes only with the settings it was started with (its files hold k attempts each, ...)
-    _claim(out, config, run / "dataset", models={n: str(p.resolve()) for n, p in systems.items()},
-           llm=[llm.base_url, llm.model] if llm is not None else None)
+    _claim(out, config, run / "dataset", models={n: str(p.resolve()) for n, p in systems.items()})
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
     attempts: dict[str, list[Attempt]] = {}
@@ -165,7 +171,9 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
                 turns[name] = _turns(writer, evaluator, rows, workloads, attempts[name],
                                      out / f"turns-{name}.jsonl", config, progress)
         if llm is not None:
-            attempts["llm"] = _attempts(llm, evaluator, rows, workloads, out / "attempts-llm.jsonl", config, progress)
+            name = llm_system(llm.model)
+            attempts[name] = _attempts(llm, evaluator, rows, workloads, out / f"attempts-{name}.jsonl", config,
+                                       progress)
 
         base = _baselines(evaluator, [workloads[k] for k in held], target, attempts, out, config, progress)
         rl_vs_sft = None
@@ -177,7 +185,7 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     report["run"] = str(run)
     report["target"] = target
     report["models"] = {name: str(path) for name, path in systems.items()}
-    report["llm"] = {"base_url": llm.base_url, "model": llm.model} if llm is not None else None
+    report["llm"] = {"system": llm_system(llm.model), "base_url": llm.base_url, "model": llm.model} if llm else None
     report["sources"] = sorted(p.name for p in out.iterdir() if p.suffix == ".jsonl" or p.is_dir())
     write_atomic(out / "report.json", json.dumps(report, indent=1, default=_plain) + "\n")
     from dragonlab.report_html import write_html, write_pngs

@@ -22,7 +22,7 @@ def _fmt(x, kind: str = "") -> str:
     if kind == "ms":
         return f"{x * 1e3:.4g} ms"
     if kind == "s":
-        return f"{x:.0f} s"
+        return f"{x:.1f} s"
     if isinstance(x, float):
         return f"{x:.3g}"
     return html.escape(str(x))

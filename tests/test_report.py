@@ -119,16 +119,17 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         served = len(llm.requests)
 
         report = json.loads((run_dir / "report" / "report.json").read_text())
-        assert set(report["systems"]) == {"sft", "rl", "llm"}
+        llm_name = f"llm-{MODEL}"
+        assert set(report["systems"]) == {"sft", "rl", llm_name}
         for name, system in report["systems"].items():
             assert {"construction", "refinement"} <= set(system), name
-        assert report["systems"]["llm"]["construction"]["correct"] == 1.0  # the reference scripts, judged for real
-        assert report["systems"]["llm"]["refinement"]["correct"] == 1.0
+        assert report["systems"][llm_name]["construction"]["correct"] == 1.0  # the references, judged for real
+        assert report["systems"][llm_name]["refinement"]["correct"] == 1.0
         assert {"unscheduled", "random best-of-2", "dlight", "metaschedule@2", "metaschedule@4",
                 "rl-seeded metaschedule@4"} == set(report["baselines"])
         for budget in ("2", "4"):  # model best-of-k vs MetaSchedule at N: filled for the LLM's correct kernels
-            assert report["best_of_k_vs_metaschedule"]["llm"][budget]["workloads"] == 2
-            assert report["best_of_k_vs_metaschedule"]["llm"][budget]["geomean_latency_ratio"] > 0
+            assert report["best_of_k_vs_metaschedule"][llm_name][budget]["workloads"] == 2
+            assert report["best_of_k_vs_metaschedule"][llm_name][budget]["geomean_latency_ratio"] > 0
         assert [r["task"] for r in report["rl_vs_sft"]["rows"]] == ["construction", "refinement", "all"]
         assert report["audit"]["round_trip_failures"] == [] and report["audit"]["decoded"] > 0
         assert set(report["turns"]) == {"sft", "rl"} and report["seeded_search"]["vs_search_alone"]["workloads"] == 2
@@ -146,7 +147,7 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         assert main(args) == 0
         assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
         assert len(llm.requests) == served
-        assert len(read_attempts(run_dir / "report" / "attempts-llm.jsonl")) == 2 * 2 * 2  # 2 workloads x 2 tasks x k
+        assert len(read_attempts(run_dir / "report" / f"attempts-{llm_name}.jsonl")) == 2 * 2 * 2  # workloads x tasks x k
         # Other settings would mix with what is there: refused, nothing written.
         assert main(args[:3] + ["--k", "3"] + args[5:]) == 2
         assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
