@@ -87,7 +87,7 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
                 f.write(json.dumps({"workload": w.key, "seconds": times[w.key]}) + "\n")
     out = {}
     for w in workloads:
-        records = [r for r in store.records(target=spec.name, workload=w.key)]
+        records = store.records(target=spec.name, workload=w.key)
         records.sort(key=lambda r: (r.source != "model", r.trial if r.trial is not None else -1))
         records = [r for r in records if r.status != "timeout"][:trials]
         out[w.key] = SearchRun(w.key, [statistics.median(r.latencies) if r.status == OK else None for r in records],

@@ -289,13 +289,9 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
     judge("unscheduled", {w.key: [baselines.unscheduled_script()] for w in held})
     judge(f"random best-of-{config.k}",
           {w.key: baselines.random_scripts(w, target, config.k, seed=config.seed + 1) for w in held})
-    try:
-        from dragonlab.defaults import default_script
-    except ImportError:  # pragma: no cover - the dlight module is part of the package
-        default_script = None
-    if default_script is not None:
-        scripts = {w.key: [default_script(w, target) or baselines.unscheduled_script()] for w in held}
-        judge("dlight", scripts)
+    from dragonlab.defaults import default_script
+
+    judge("dlight", {w.key: [default_script(w, target) or baselines.unscheduled_script()] for w in held})
 
     top = max(config.budgets)
     plain = baselines.search(held, target, top, out / "search", seed=config.seed, progress=progress)
@@ -442,9 +438,10 @@ def _to_match(best: dict, search: dict) -> dict:
         info = search.get(key)
         if not t or not info:
             continue
+        from dragonlab.baselines import SearchRun
+
         lat = info["latencies"]
-        n = next((i for i in range(1, len(lat) + 1)
-                  if min([x for x in lat[:i] if x] or [math.inf]) <= t), None)
+        n = SearchRun(key, lat, [None] * len(lat), info.get("seconds")).trials_to_reach(t)
         secs = info["seconds"] * n / len(lat) if n and info.get("seconds") else None
         out[key] = {"trials": n, "seconds": secs, "searched": len(lat)}
     return out
