@@ -147,7 +147,8 @@ def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads
     done = [a for a in read_attempts(out) if a.split == split] if out and Path(out).exists() else []
     indices = {row["index"] for row in rows}
     attempts = [a for a in done if a.index in indices]
-    todo = pending(rows, split, out)
+    have = {a.index for a in done}
+    todo = [row for row in rows if row["index"] not in have]
     with progress_bar(total=len(rows), initial=len(rows) - len(todo), unit="example",
                       desc=f"attempts ({split})", progress=progress) as bar:
         for start in range(0, len(todo), per_batch):

@@ -161,15 +161,15 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     attempts: dict[str, list[Attempt]] = {}
     turns: dict[str, list[dict]] = {}
     with Evaluator(target) as evaluator:
+        every = [r for split in rows.values() for r in split]
         for name, path in systems.items():
             model, tokenizer = models.load(path)
-            every = [r for split in rows.values() for r in split]
             with ModelWriter(model, tokenizer, temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                              rows=every, workloads=workloads, constrained=config.constrained) as writer:
                 attempts[name] = _attempts(writer, evaluator, rows, workloads, out / f"attempts-{name}.jsonl",
                                            config, progress)
                 turns[name] = _turns(writer, evaluator, rows, workloads, attempts[name],
-                                     out / f"turns-{name}.jsonl", config, progress)
+                                     out / f"turns-{name}.jsonl", config)
         if llm is not None:
             name = llm_system(llm.model)
             attempts[name] = _attempts(llm, evaluator, rows, workloads, out / f"attempts-{name}.jsonl", config,
@@ -210,47 +210,41 @@ def _attempts(writer, evaluator, rows, workloads, path: Path, config: ReportConf
         per_batch=max(1, 8 // config.k), progress=progress)]
 
 
-def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Path, config: ReportConfig,
-           progress: bool) -> list[dict]:
+def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Path,
+           config: ReportConfig) -> list[dict]:
     """From each construction prompt's first attempt, `turns` rounds of refinement: each turn
     asks for a faster version of the best correct script so far (or, while there is none,
-    tries the construction prompt again). One line per (workload, turn) in `path`."""
-    done = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    have = {(d["split"], d["index"], d["turn"]) for d in done}
+    tries the construction prompt again). One line per (prompt, turn) in `path`."""
+    done = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            d = json.loads(line)
+            done[(d["split"], d["index"], d["turn"])] = d
     first = {(a.split, a.index): a for a in attempts if a.sample == 0 and a.task == CONSTRUCTION}
+    out = []
     for (split, index), a0 in first.items():
         row = next(r for r in rows[split] if r["index"] == index)
+        out.append({"split": split, "index": index, "turn": 0, "workload": a0.workload, "task": CONSTRUCTION,
+                    "latency": a0.evaluation.latency})
         best = a0 if a0.evaluation.latency else None
         for turn in range(1, config.turns + 1):
-            if (split, index, turn) in have:
-                d = next(x for x in done if (x["split"], x["index"], x["turn"]) == (split, index, turn))
-                e = Evaluation.from_json(d["evaluation"])
-                script = d["script"]
-            else:
+            d = done.get((split, index, turn))
+            if d is None:
                 prompt = refinement_from(row["prompt"], best.script) if best else row["prompt"]
-                turn_row = dict(row, prompt=prompt, task=REFINEMENT if best else CONSTRUCTION,
-                                input_script=best.script if best else None)
                 if hasattr(writer, "add_prompts"):
-                    writer.add_prompts([turn_row], workloads)
+                    writer.add_prompts([dict(row, prompt=prompt)], workloads)
                 script = writer.write([prompt], n=1, seed=config.seed + 1000 * turn + index)[0][0]
                 if hasattr(writer, "endings"):
                     writer.endings(1)
                 e = evaluator.evaluate(workloads[row["workload"]], script)
                 d = {"split": split, "index": index, "turn": turn, "workload": row["workload"],
-                     "task": turn_row["task"], "script": script, "evaluation": e.to_json()}
+                     "task": REFINEMENT if best else CONSTRUCTION, "script": script, "evaluation": e.to_json()}
                 with open(path, "a") as f:
                     f.write(json.dumps(d) + "\n")
-                done.append(d)
+            e = Evaluation.from_json(d["evaluation"])
+            out.append({k: d[k] for k in ("split", "index", "turn", "workload", "task")} | {"latency": e.latency})
             if e.latency and (best is None or e.latency < best.evaluation.latency):
-                best = Attempt(split, index, turn, REFINEMENT, row["workload"], row.get("name", ""), script, e)
-    out = []
-    for d in done:
-        out.append({k: d[k] for k in ("split", "index", "turn", "workload", "task")} |
-                   {"latency": (statistics.median(d["evaluation"]["latencies"])
-                                if d["evaluation"].get("latencies") else None)})
-    for (split, index), a0 in first.items():
-        out.append({"split": split, "index": index, "turn": 0, "workload": a0.workload, "task": CONSTRUCTION,
-                    "latency": a0.evaluation.latency})
+                best = Attempt(split, index, turn, REFINEMENT, row["workload"], row.get("name", ""), d["script"], e)
     return out
 
 
