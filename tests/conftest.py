@@ -23,7 +23,7 @@ import trace_corpus
 
 @pytest.fixture(scope="session")
 def quick():
-    """The quick suite by family (one workload per family)."""
+    """The first quick workload of each family, by family."""
     return {w.family: w for w in reversed(suite("quick"))}  # first of each family
 
 
