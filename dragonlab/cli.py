@@ -466,6 +466,8 @@ def _model_commands(sub) -> None:
     c.add_argument("--seed", type=int, help="default 0")
     c.add_argument("--constrained-eval", action="store_true", default=None,
                    help="judge the validation attempts with constrained decoding")
+    c.add_argument("--threads", type=int, help="torch threads (default 1; on an otherwise idle machine, its "
+                                                "cores: 2 threads trained scratch-small 1.9x faster on 2 cores)")
     c.set_defaults(run=_sft)
 
     c = sub.add_parser("attempts", help="a model's attempts at a dataset split, judged by the evaluator",
@@ -651,7 +653,7 @@ def _sft(args) -> int:
     from dragonlab.sft import SFTConfig, train
 
     options = ("preset", "max_steps", "learning_rate", "batch_size", "max_length", "eval_steps", "eval_examples",
-               "save_steps", "seed", "constrained_eval")
+               "save_steps", "seed", "constrained_eval", "threads")
     config = SFTConfig(**{name: getattr(args, name) for name in options if getattr(args, name) is not None})
     start = time.monotonic()
     run = train(args.data, args.out, config)

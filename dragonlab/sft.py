@@ -47,13 +47,16 @@ class SFTConfig:
     eval_split: str = field(default="validation", metadata={"help": "the split judged during training"})
     constrained_eval: bool = field(default=False, metadata={"help": "judge with constrained decoding (constrain.py)"})
     seed: int = field(default=0, metadata={"help": "seeds initialisation, shuffling and sampling"})
-    threads: int = field(default=1, metadata={"help": "torch threads (1 is fastest on a shared 2-core machine)"})
+    threads: int = field(default=1, metadata={"help": "torch threads: 1 is fastest when other jobs share the cores, "
+                                                      "all of them when training runs alone"})
 
     def __post_init__(self):
         for name in ("max_steps", "batch_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"SFTConfig.{name} must be positive, got {value}")
+        if not (isinstance(self.threads, int) and self.threads >= 1):
+            raise ValueError(f"SFTConfig.threads must be a positive integer, got {self.threads!r}")
         if self.learning_rate is not None and not self.learning_rate > 0:
             raise ValueError(f"SFTConfig.learning_rate must be positive, got {self.learning_rate}")
         if self.max_length < 16:
