@@ -438,6 +438,8 @@ def _dataset_commands(sub) -> None:
     c.add_argument("--seed", type=int, help="seeds the split and the pair sampling (default 0)")
     c.add_argument("--holdout-family", help="an op family held out as the test_family split (default none)")
     c.add_argument("--prompt-form", choices=("compact", "tvmscript"), help="how the kernel is shown (default compact)")
+    c.add_argument("--scripts", choices=("design", "full"),
+                   help="design: scripts stop where post-processing starts; full: whole traces (default design)")
     c.add_argument("--validation", type=float, help="share of workloads in validation (default 0.1)")
     c.add_argument("--test", type=float, help="share of workloads in test (default 0.1)")
     c.set_defaults(run=_dataset_build)
@@ -689,7 +691,8 @@ def _attempts(args) -> int:
 def _dataset_build(args) -> int:
     from dragonlab.dataset import DatasetConfig, build_dataset, format_summary, summary
 
-    options = ("top_k", "margin", "pairs_per_workload", "seed", "holdout_family", "prompt_form", "validation", "test")
+    options = ("top_k", "margin", "pairs_per_workload", "seed", "holdout_family", "prompt_form", "scripts",
+               "validation", "test")
     given = {name: getattr(args, name) for name in options if getattr(args, name) is not None}
     for name in ("top_k", "pairs_per_workload"):
         if name in given:

@@ -392,6 +392,17 @@ def _fmt(v, ctx: str, typ: str, defined: set) -> str:
     return _fmt_name(v)
 
 
+def design_part(plain: list) -> list:
+    """The design part of a plain trace: its instructions before EnterPostproc, with their decisions.
+
+    What follows EnterPostproc is what the target's post-processors write, a function of the design
+    part and the target; MetaSchedule's own search drops it (`remove_postproc=True`) and runs the
+    post-processors again, and so does the evaluator."""
+    insts, decisions = plain
+    cut = next((i for i, inst in enumerate(insts) if inst[0] == "EnterPostproc"), len(insts))
+    return [insts[:cut], [d for d in decisions if d[0] < cut]]
+
+
 def decode(text: str) -> list:
     """The plain JSON form `[insts, decisions]` of a script; raises ScriptSyntaxError."""
     return _Parser(text).run()

@@ -11,6 +11,13 @@ completion is always a script, `codec.encode` of a measured trace:
   range of improvements, so both small and large speedups appear; at most
   `pairs_per_workload` pairs per workload and target.
 
+A script is, by default (`scripts="design"`), the trace's design part: the instructions before
+EnterPostproc (`codec.design_part`). What follows is what the target's post-processors write,
+a function of the design part and the target (tested on every collected trace); MetaSchedule's
+search drops it and runs the post-processors again, and so does the evaluator. A model that had
+to write it would spend its capacity predicting the post-processors' loop arithmetic.
+`scripts="full"` keeps whole traces.
+
 Only status "ok" records are data. A script that any record of the same workload and target
 says failed (build_error, run_error, failed) is dropped altogether: a trace that ran once and
 failed once is not a trustworthy answer. Records with the same trace are one script whose
@@ -52,6 +59,7 @@ from dragonlab.records import BUILD_ERROR, FAILED, OK, RUN_ERROR, TIMEOUT, Recor
 from dragonlab.workloads import Workload
 
 SPLITS = ("train", "validation", "test", "test_family")
+SCRIPT_FORMS = ("design", "full")
 FAILURES = (BUILD_ERROR, RUN_ERROR, FAILED)
 
 # Columns of every split, in order; input_* and speedup are null for construction examples.
@@ -70,6 +78,9 @@ class DatasetConfig:
     seed: int = field(default=0, metadata={"help": "seeds the split and the pair sampling"})
     holdout_family: str | None = field(default=None, metadata={"help": "an op family held out as the test_family split"})
     prompt_form: str = field(default=DEFAULT_FORM, metadata={"help": "how the kernel is shown: 'compact' or 'tvmscript'"})
+    scripts: str = field(default="design", metadata={
+        "help": "'design': scripts stop where post-processing starts, as MetaSchedule's search keeps them "
+                "(the target's post-processors write the rest, and the evaluator runs them); 'full': whole traces"})
     validation: float = field(default=0.1, metadata={"help": "share of workloads in the validation split"})
     test: float = field(default=0.1, metadata={"help": "share of workloads in the test split"})
 
@@ -83,6 +94,8 @@ class DatasetConfig:
         if not (0 <= self.validation and 0 <= self.test and self.validation + self.test < 1):
             raise ValueError(f"validation and test must be shares with validation + test < 1, "
                              f"got {self.validation!r} and {self.test!r}")
+        if self.scripts not in SCRIPT_FORMS:
+            raise ValueError(f"scripts must be one of {', '.join(SCRIPT_FORMS)}, got {self.scripts!r}")
         if self.prompt_form not in PROMPT_FORMS:
             raise ValueError(f"prompt_form must be one of {', '.join(PROMPT_FORMS)}, got {self.prompt_form!r}")
 
@@ -157,12 +170,15 @@ def split_of(key: str, family: str, config: DatasetConfig) -> str:
 
 
 def scripts_by_group(workloads: dict[str, Workload], records: list[Record],
-                     skipped: Counter | None = None) -> dict[tuple[str, str], list[Script]]:
+                     skipped: Counter | None = None, *, design: bool = False) -> dict[tuple[str, str], list[Script]]:
     """(workload key, target) -> its usable scripts, fastest first (ties broken by text).
 
     Usable: status ok, the workload is known, the trace encodes and round-trips exactly, and no
     record of the same trace on the same workload and target failed. `skipped` counts the rest.
+    With `design`, a script is a trace's design part (`codec.design_part`): records whose traces
+    share it built the same kernel, so their latencies are pooled.
     """
+    cut = codec.design_part if design else (lambda plain: plain)
     skipped = Counter() if skipped is None else skipped
     latencies: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[tuple, Counter] = defaultdict(Counter)
@@ -177,12 +193,12 @@ def scripts_by_group(workloads: dict[str, Workload], records: list[Record],
             skipped[f"status {r.status}"] += 1
             if r.status in FAILURES:
                 try:
-                    failing[group].add(trace_text(codec.to_plain(r.trace)))
+                    failing[group].add(trace_text(cut(codec.to_plain(r.trace))))
                 except codec.CodecError:
                     pass  # a trace that cannot even be read can equal no script
             continue
         try:
-            plain = codec.to_plain(r.trace)
+            plain = cut(codec.to_plain(r.trace))
         except codec.CodecError:
             skipped["not encodable"] += 1
             continue
@@ -256,7 +272,7 @@ def build(workloads: dict[str, Workload], records: list[Record], config: Dataset
           *, sources: list[dict] = ()) -> Built:
     """Construction and refinement examples of every usable script, split by workload."""
     skipped = Counter()
-    groups = scripts_by_group(workloads, records, skipped)
+    groups = scripts_by_group(workloads, records, skipped, design=config.scripts == "design")
     families = {workloads[k].family for k, _ in groups}
     if config.holdout_family is not None and config.holdout_family not in families:
         raise ValueError(f"holdout family {config.holdout_family!r}: no workload of that family has usable "
@@ -462,7 +478,8 @@ scripts (`docs/codec.md`), built by `dragonlab dataset build` (`dragonlab/datase
   {1 - c.margin:.2f}`). Inputs drawn from {c.strata} latency-quantile bins, at most {c.pairs_per_workload}
   pairs per workload and target.
 
-Kernel form in prompts: `{c.prompt_form}`. Targets: {', '.join(targets)}. Latencies are seconds,
+Kernel form in prompts: `{c.prompt_form}`. Scripts: `{c.scripts}` ({"the design part of each trace; the "
+"target's post-processors write the rest" if c.scripts == "design" else "whole traces"}). Targets: {', '.join(targets)}. Latencies are seconds,
 the median of the measured repeats. Only records with status `ok` are data; a trace also
 recorded as failing is dropped; every completion decodes back to its trace exactly.
 

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from dragonlab.progress import progress_bar
 
-from dragonlab.codec import CodecError, apply, decode, to_plain
+from dragonlab.codec import CodecError, apply, decode, design_part, to_plain
 from dragonlab.measure import MeasureConfig, make_runner, run_bounded
 from dragonlab.records import trace_text
 from dragonlab.targets import TargetSpec, get_target
@@ -494,9 +494,7 @@ def check_script(key: str, mod_json: str, target_config: dict, plain: list, job:
 
     mod = _worker_module(key, mod_json)
     target = Target(target_config)
-    insts, decisions = plain
-    cut = next((i for i, inst in enumerate(insts) if inst[0] == "EnterPostproc"), len(insts))
-    design = [insts[:cut], [d for d in decisions if d[0] < cut]]
+    design = design_part(plain)
 
     progress("apply")
     try:
@@ -505,7 +503,7 @@ def check_script(key: str, mod_json: str, target_config: dict, plain: list, job:
         return stop("apply", _one_line(e))
     repairs = ["decisions"] if _decisions(to_plain(sch.trace)) != _decisions(design) else []
     full = None
-    if cut < len(insts):  # the script as written, post-processing part included, must apply
+    if len(design[0]) < len(plain[0]):  # the script as written, post-processing part included, must apply
         try:
             full = apply(plain, _worker_module(key, mod_json))  # not `mod`: applying `design` may have changed it
         except Exception as e:

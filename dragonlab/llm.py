@@ -114,7 +114,8 @@ target's post-processors do with that design: they remove those annotations and 
 vectorise and unroll real loops, bind threads, decompose reductions. The script must apply as
 written. What is built is the design post-processed by the target's own post-processors; tile
 sizes that do not fit the loop, or a post-processing part that does not match, are repaired and
-count against the script.
+count against the script. The post-processing part may be left out: a script that ends with
+its design is post-processed the same way, and that is how the training data are written.
 """
 
 # A postprocessed random sample of quick matmul 64x64x64 float32 on cpu

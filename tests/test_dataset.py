@@ -9,6 +9,7 @@ import shutil
 
 import datasets
 import pytest
+import tvm_ffi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,7 @@ from dragonlab import codec, dataset
 from dragonlab.cli import main
 from dragonlab.collect import CollectConfig, collect
 from dragonlab.dataset import SPLITS, DatasetConfig
+from dragonlab.evaluate import _postprocs
 from dragonlab.prompts import CONSTRUCTION, REFINEMENT, kernel_text
 from dragonlab.records import OK, Record, RecordStore, trace_text
 from dragonlab.targets import get_target
@@ -51,13 +53,13 @@ def rows(dsd) -> list[dict]:
     return [{**r, "split": split} for split, ds in dsd.items() for r in ds.to_list()]
 
 
-def ok_traces(stores) -> dict[tuple[str, str], dict[str, Record]]:
-    """(workload, target) -> canonical trace text -> its ok record."""
+def ok_traces(stores, cut=codec.design_part) -> dict[tuple[str, str], dict[str, Record]]:
+    """(workload, target) -> canonical text of the trace's script (by default its design part) -> its ok record."""
     out = {}
     for s in stores:
         for r in RecordStore(s).records():
             if r.status == OK:
-                out.setdefault((r.workload, r.target), {})[trace_text(codec.to_plain(r.trace))] = r
+                out.setdefault((r.workload, r.target), {})[trace_text(cut(codec.to_plain(r.trace)))] = r
     return out
 
 
@@ -92,19 +94,54 @@ def test_build_writes_both_tasks_with_card_and_parquet(built):
     assert sum(sum(c.values()) for c in info["counts"].values()) == len(r)
 
 
-def test_every_completion_is_an_ok_record_and_round_trips_exactly(built, stores):
+def test_every_completion_is_an_ok_records_design_part_and_round_trips_exactly(built, stores):
     _, dsd = built
     traces = ok_traces(stores)
     for x in rows(dsd):
         plain = codec.decode(x["completion"])
         record = traces[(x["workload"], x["target"])][trace_text(plain)]  # KeyError: not an ok record
-        assert plain == codec.to_plain(record.trace) and codec.encode(plain) == x["completion"]
+        assert plain == codec.design_part(codec.to_plain(record.trace)) and codec.encode(plain) == x["completion"]
+        assert "\npostproc" not in x["completion"]
         assert x["prompt"].startswith(f"task: {x['task']}\ntarget: {x['target']}\nkernel:\n")
         if x["task"] == REFINEMENT:
             assert trace_text(codec.decode(x["input_script"])) in traces[(x["workload"], x["target"])]
             assert x["prompt"].endswith(f"script:\n{x['input_script']}\nfaster script:\n")
     pairs = [(x["prompt"], x["completion"]) for x in rows(dsd)]
     assert len(pairs) == len(set(pairs))
+
+
+def test_the_targets_post_processors_rebuild_every_recorded_kernel_from_its_design_part(collected, stores):
+    """What `scripts="design"` leaves out is what the post-processors write: on every ok record,
+    the design part post-processed gives the module of the whole trace."""
+    target = get_target("cpu").config
+    workloads = {w.key: w for w in collected[1]}
+    workloads.update(RecordStore(stores[1]).workloads())
+    records = [r for s in stores for r in RecordStore(s).records() if r.status == OK]
+    assert len(records) >= 16
+    for r in records:
+        plain, mod = codec.to_plain(r.trace), workloads[r.workload].mod
+        sch = codec.apply(codec.design_part(plain), mod)
+        sch.enter_postproc()
+        assert all(p.apply(sch) for p in _postprocs(target))
+        assert tvm_ffi.structural_equal(sch.mod, codec.apply(plain, mod).mod), codec.encode(plain)
+
+
+def test_full_scripts_keep_the_whole_trace(collected, stores):
+    workloads, records, _ = dataset.load_records(stores)
+    full = dataset.build(workloads, records, DatasetConfig(scripts="full"))
+    design = dataset.build(workloads, records, DatasetConfig())
+    traces = ok_traces(stores, cut=lambda plain: plain)
+    pairs = 0
+    for split in SPLITS:
+        assert len(full.examples[split]) == len(design.examples[split])
+        for f, d in zip(full.examples[split], design.examples[split]):
+            plain = codec.decode(f.completion)
+            assert trace_text(plain) in traces[(f.workload, f.target)] and "\npostproc" in f.completion
+            assert codec.encode(codec.design_part(plain)) == d.completion
+            pairs += 1
+    assert pairs
+    with pytest.raises(ValueError, match="scripts must be one of design, full, got 'postproc'"):
+        DatasetConfig(scripts="postproc")
 
 
 def test_construction_completions_are_the_top_k_and_refinements_beat_the_margin(built, stores):
@@ -168,11 +205,18 @@ def test_failed_timeout_and_unmeasured_records_never_become_data(collected, tmp_
         injected.append(Record(r.workload, r.target, trace, status, None, None if status == "unmeasured" else "x"))
     RecordStore(copy).append(injected)
     out = tmp_path / "ds"
-    assert main(["dataset", "build", "--records", str(copy), str(tmp_path / "flaky"), "--out", str(out)]) == 0
+    assert main(["dataset", "build", "--records", str(copy), str(tmp_path / "flaky"), "--out", str(out),
+                 "--scripts", "full"]) == 0
     assert "also recorded as failing 1" in capsys.readouterr().out
     forbidden = {codec.encode(best.trace)} | {codec.encode(r.trace) for r in injected}
     for x in rows(datasets.load_from_disk(str(out))):
         assert x["completion"] not in forbidden and x["input_script"] not in forbidden
+    # Design scripts: a failure of any trace with the same design part drops it too.
+    assert main(["dataset", "build", "--records", str(src), str(tmp_path / "flaky"), "--out", str(tmp_path / "d")]) == 0
+    assert "also recorded as failing 1" in capsys.readouterr().out
+    flaky_design = codec.encode(codec.design_part(codec.to_plain(best.trace)))
+    assert all(flaky_design not in (x["completion"], x["input_script"])
+               for x in rows(datasets.load_from_disk(str(tmp_path / "d"))))
 
 
 @pytest.mark.parametrize("case, message", [
@@ -249,7 +293,7 @@ def test_cli_help_gives_the_config_defaults(capsys):
         main(["dataset", "build", "--help"])
     options = {chunk.split()[0]: " ".join(chunk.split()) for chunk in re.split(r"\n  (?=--)", capsys.readouterr().out)}
     config = DatasetConfig()
-    for name in ("top_k", "margin", "pairs_per_workload", "seed", "prompt_form", "validation", "test"):
+    for name in ("top_k", "margin", "pairs_per_workload", "seed", "prompt_form", "scripts", "validation", "test"):
         default = getattr(config, name)
         spelled = f"{default:.2f}" if name == "margin" else str(default)
         assert options[f"--{name.replace('_', '-')}"].endswith(f"(default {spelled})"), name
