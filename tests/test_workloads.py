@@ -1,6 +1,7 @@
 import itertools
 import json
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -73,9 +74,10 @@ def test_fp16_accumulation_is_a_distinct_named_variant():
 
 def test_quick_suite_is_small_unique_and_covers_every_family():
     ws = W.suite("quick")
-    assert 12 <= len(ws) <= 16
+    assert len(ws) <= 48  # about 4 minutes of collection at 16 trials on 2 cores
     assert len({w.name for w in ws}) == len(ws) and len({w.key for w in ws}) == len(ws)
-    assert {w.family for w in ws} == set(W.FAMILIES)
+    shapes = Counter(w.family for w in ws)
+    assert set(shapes) == set(W.FAMILIES) and min(shapes.values()) >= 3  # held out: unseen shapes of seen families
     assert any(w.family == "matmul" and w.dtype == "float16" for w in ws)
     assert max(w.flops for w in ws) < 2e6  # each candidate must run in microseconds
 
