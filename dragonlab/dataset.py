@@ -1,7 +1,8 @@
 """Datasets: construction and refinement examples from search records, split by workload.
 
 Every example is a prompt and a completion (`dragonlab.prompts` spells the prompts); the
-completion is always a script, `codec.encode` of a measured trace:
+completion is always a script, `codec.encode` of a measured trace (by default of its design part,
+below):
 
 - **construction**: the unscheduled kernel -> one of the `top_k` fastest scripts of its
   workload and target;
@@ -466,6 +467,8 @@ def card(built: Built) -> str:
     example = next((e for s in SPLITS for e in built.examples[s]), None)
     shown = f"\n## An example ({example.task}, {example.name})\n\nprompt:\n\n```\n{example.prompt}```\n\n" \
             f"completion:\n\n```\n{example.completion}\n```\n" if example else ""
+    scripts = ("the design part of each trace (what comes before `postproc`; the target's post-processors "
+               "write the rest)" if c.scripts == "design" else "whole traces, post-processing part included")
     return f"""{header}# dragonlab schedule-script dataset
 
 Prompt/completion pairs that teach a model to write TVM MetaSchedule schedules as dragonlab
@@ -478,10 +481,10 @@ scripts (`docs/codec.md`), built by `dragonlab dataset build` (`dragonlab/datase
   {1 - c.margin:.2f}`). Inputs drawn from {c.strata} latency-quantile bins, at most {c.pairs_per_workload}
   pairs per workload and target.
 
-Kernel form in prompts: `{c.prompt_form}`. Scripts: `{c.scripts}` ({"the design part of each trace; the "
-"target's post-processors write the rest" if c.scripts == "design" else "whole traces"}). Targets: {', '.join(targets)}. Latencies are seconds,
-the median of the measured repeats. Only records with status `ok` are data; a trace also
-recorded as failing is dropped; every completion decodes back to its trace exactly.
+Kernel form in prompts: `{c.prompt_form}`. Scripts: `{c.scripts}`, {scripts}. Targets:
+{', '.join(targets)}. Latencies are seconds, the median of the measured repeats. Only records with
+status `ok` are data; a trace also recorded as failing is dropped; every completion decodes back to
+its trace{"'s design part" if c.scripts == "design" else ""} exactly.
 
 ## Splits
 
