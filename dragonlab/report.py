@@ -427,13 +427,13 @@ def _versus(best: dict, ms: dict, held: list[str]) -> dict:
 
 
 def _to_match(best: dict, search: dict) -> dict:
+    from dragonlab.baselines import SearchRun
+
     out = {}
     for key, t in best.items():
         info = search.get(key)
         if not t or not info:
             continue
-        from dragonlab.baselines import SearchRun
-
         lat = info["latencies"]
         n = SearchRun(key, lat, [None] * len(lat), info.get("seconds")).trials_to_reach(t)
         secs = info["seconds"] * n / len(lat) if n and info.get("seconds") else None
