@@ -13,7 +13,6 @@ judged, and skips the attempts the file already holds: killed, it resumes where 
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from dragonlab.progress import progress_bar
 
 from dragonlab.evaluate import STAGES, Evaluation, Evaluator
+from dragonlab.jsonl import append_lines, read_lines
 from dragonlab.prompts import REFINEMENT, TASKS
 from dragonlab.workloads import Workload
 
@@ -156,25 +156,16 @@ def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads
             scripts = writer.write([row["prompt"] for row in chunk], n=n, seed=seed + chunk[0]["index"])
             endings = writer.endings(n) if hasattr(writer, "endings") else None
             judged = evaluate_attempts(evaluator, workloads, chunk, scripts, split=split, endings=endings)
-            if out:
-                with open(out, "a") as f:  # append-only: an interrupted run keeps every judged attempt
-                    f.writelines(json.dumps(a.to_json()) + "\n" for a in judged)
+            if out:  # append-only: an interrupted run keeps every judged attempt
+                append_lines(out, (a.to_json() for a in judged))
             attempts.extend(judged)
             bar.update(len(chunk))
     return sorted(attempts, key=lambda a: (a.index, a.sample))
 
 
 def read_attempts(path: str | os.PathLike) -> list[Attempt]:
-    out = []
-    with open(path) as f:
-        for no, line in enumerate(f, 1):
-            if not line.endswith("\n"):
-                break  # a line cut by a kill: the attempt is redone
-            try:
-                out.append(Attempt.from_json(json.loads(line)))
-            except (ValueError, TypeError, KeyError) as e:
-                raise ValueError(f"{path}:{no}: not an attempt record ({type(e).__name__}: {e})") from None
-    return out
+    """The attempts of a file; a torn last line (a kill) is skipped, and its attempt is redone."""
+    return list(read_lines(path, Attempt.from_json))
 
 
 def summary(attempts: list[Attempt]) -> list[dict]:

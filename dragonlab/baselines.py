@@ -18,7 +18,6 @@ the search first reached a given latency.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dragonlab import codec
+from dragonlab.jsonl import append_lines, read_lines
 from dragonlab.records import OK, Record, RecordStore
 from dragonlab.targets import get_target
 from dragonlab.workloads import Workload
@@ -83,8 +83,7 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
         collect([w], spec, store, CollectConfig(trials=trials, seed=seed), progress=progress)
         if not have:  # a resumed search's wall time is unknown
             times[w.key] = time.monotonic() - start
-            with open(times_file, "a") as f:
-                f.write(json.dumps({"workload": w.key, "seconds": times[w.key]}) + "\n")
+            append_lines(times_file, [{"workload": w.key, "seconds": times[w.key]}])
     out = {}
     for w in workloads:
         records = store.records(target=spec.name, workload=w.key)
@@ -97,14 +96,7 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
 
 
 def _read_times(path: Path) -> dict[str, float]:
-    if not path.exists():
-        return {}
-    times = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            d = json.loads(line)
-            times[d["workload"]] = d["seconds"]
-    return times
+    return dict(read_lines(path, lambda d: (d["workload"], d["seconds"]))) if path.exists() else {}
 
 
 def random_scripts(workload: Workload, target: str, n: int, seed: int = 1) -> list[str]:

@@ -8,6 +8,7 @@ is overwritten. Anything else is a bug and shows its traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -139,7 +140,7 @@ def _collect_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--repeat", type=int, default=3)
     c.add_argument("--number", type=int, default=3)
     c.add_argument("--min-repeat-ms", type=int, default=40)
-    c.add_argument("--timeout", type=float, default=30.0, help="seconds per build and per run")
+    c.add_argument("--timeout", type=_positive_number, default=30.0, help="seconds per build and per run")
 
 
 def _targets(args) -> int:
@@ -163,6 +164,26 @@ def _positive(name: str, value) -> None:
         raise UsageError(f"{name} must be positive, got {value}")
 
 
+def _positive_number(text: str) -> float:
+    """An argparse type: a finite number above 0. `float` takes nan, which passes any `<= 0` check."""
+    return _finite(text, "a positive", lambda x: x > 0)
+
+
+def _non_negative_number(text: str) -> float:
+    """An argparse type: a finite number, 0 or above."""
+    return _finite(text, "a non-negative", lambda x: x >= 0)
+
+
+def _finite(text: str, what: str, ok) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and ok(value)):
+        raise argparse.ArgumentTypeError(f"expected {what} finite number, got {text!r}")
+    return value
+
+
 def _collect(args) -> int:
     from dragonlab.collect import CollectConfig, collect, shard
     from dragonlab.measure import MeasureConfig
@@ -170,7 +191,7 @@ def _collect(args) -> int:
     from dragonlab.targets import get_target
     from dragonlab.workloads import suite
 
-    for name in ("trials", "per_round", "repeat", "number", "timeout"):
+    for name in ("trials", "per_round", "repeat", "number"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name))
     target = get_target(args.target)
     workloads = suite(args.suite, seed=args.seed)
@@ -260,7 +281,7 @@ def _evaluate(args) -> int:
     import json
 
     from dragonlab.evaluate import STAGES, EvalConfig, Evaluator, evaluate_records
-    from dragonlab.records import write_atomic
+    from dragonlab.jsonl import write_atomic
 
     _positive("--checks", args.checks)
     if args.workers is not None:
@@ -459,7 +480,7 @@ def _model_commands(sub) -> None:
     c.add_argument("--data", type=Path, required=True, help="a directory written by `dataset build`")
     c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")
     c.add_argument("--max-steps", type=int, help="optimizer steps (default: the preset's)")
-    c.add_argument("--learning-rate", type=float, help="peak learning rate (default: the preset's)")
+    c.add_argument("--learning-rate", type=_positive_number, help="peak learning rate (default: the preset's)")
     c.add_argument("--batch-size", type=int, help="examples per step (default: the preset's)")
     c.add_argument("--max-length", type=int, help="tokens per example; longer ones are dropped (default 2048)")
     c.add_argument("--eval-steps", type=int, help="judge validation attempts every N steps (default 0: off)")
@@ -480,7 +501,7 @@ def _model_commands(sub) -> None:
     c.add_argument("--data", type=Path, required=True, help="a directory written by `dataset build`")
     c.add_argument("--split", default="test")
     c.add_argument("--n", type=int, default=4, help="attempts per example")
-    c.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    c.add_argument("--temperature", type=_non_negative_number, default=0.8, help="0 = greedy")
     c.add_argument("--limit", type=int, default=None, help="only the first N examples")
     c.add_argument("--max-new-tokens", type=int, default=768)
     c.add_argument("--out", type=Path, required=True, help="attempts file (JSON lines; appended)")
@@ -499,11 +520,11 @@ def _rl_commands(sub) -> None:
     c.add_argument("--data", type=Path, required=True, help="a directory written by `dataset build`")
     c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")
     c.add_argument("--max-steps", type=int, help="optimizer steps (default 60)")
-    c.add_argument("--learning-rate", type=float, help="default 1e-4")
+    c.add_argument("--learning-rate", type=_positive_number, help="default 1e-4")
     c.add_argument("--num-generations", type=int, help="scripts per prompt, the GRPO group (default 4)")
     c.add_argument("--prompts-per-step", type=int, help="default 2")
-    c.add_argument("--beta", type=float, help="KL coefficient (default 0.04; 0 = no reference model)")
-    c.add_argument("--temperature", type=float, help="rollout temperature (default 1.0)")
+    c.add_argument("--beta", type=_non_negative_number, help="KL coefficient (default 0.04; 0 = no reference model)")
+    c.add_argument("--temperature", type=_positive_number, help="rollout temperature (default 1.0)")
     c.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 20)")
     c.add_argument("--seed", type=int, help="default 0")
     c.add_argument("--constrained", action="store_true", default=None,
@@ -518,7 +539,7 @@ def _rl_commands(sub) -> None:
     c.add_argument("--b", type=Path, required=True, help="the challenger model directory (e.g. runs/demo/rl/model)")
     c.add_argument("--data", type=Path, required=True)
     c.add_argument("--split", nargs="+", default=["test", "test_family"], help="held-out splits")
-    c.add_argument("--temperature", type=float, default=0.8)
+    c.add_argument("--temperature", type=_non_negative_number, default=0.8)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--limit", type=int, default=None, help="only the first N examples of each split")
     c.add_argument("--constrained", action="store_true", help="constrained decoding for both models")
@@ -540,7 +561,7 @@ def _report_commands(sub) -> None:
     c.add_argument("--turns", type=int, help="refinement turns after each construction attempt (default 3)")
     c.add_argument("--refinement-per-workload", type=int, help="refinement prompts per held-out workload (default 2)")
     c.add_argument("--splits", nargs="+", help="held-out splits (default test test_family)")
-    c.add_argument("--temperature", type=float, help="default 0.8")
+    c.add_argument("--temperature", type=_non_negative_number, help="default 0.8")
     c.add_argument("--max-new-tokens", type=int, help="default 768")
     c.add_argument("--seed", type=int, help="default 0")
     c.add_argument("--constrained", action="store_true", default=None, help="constrained decoding for the models")
@@ -619,7 +640,7 @@ def _compare(args) -> int:
     from dragonlab.attempts import format_summary, sample_and_evaluate, summary
     from dragonlab.compare import compare, format_comparison, noise_threshold
     from dragonlab.evaluate import Evaluator
-    from dragonlab.records import write_atomic
+    from dragonlab.jsonl import write_atomic
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dsd, workloads = dataset.load(args.data)
@@ -714,13 +735,9 @@ def _dataset_build(args) -> int:
 
 
 def _dataset_stats(args) -> int:
-    import datasets
+    from dragonlab.dataset import format_summary, load, summary
 
-    from dragonlab.dataset import format_summary, summary
-
-    if not args.path.is_dir():
-        raise FileNotFoundError(f"{args.path} is not a directory")
-    print(format_summary(summary(datasets.load_from_disk(str(args.path)))))
+    print(format_summary(summary(load(args.path)[0])))
     return 0
 
 

@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dragonlab import codec
+from dragonlab.jsonl import append_lines, read_json
 from dragonlab.prompts import (CONSTRUCTION, DEFAULT_FORM, PROMPT_FORMS, REFINEMENT, TASKS, construction_prompt,
                                kernel_text, refinement_prompt)
 from dragonlab.records import BUILD_ERROR, FAILED, OK, RUN_ERROR, TIMEOUT, Record, RecordStore, trace_text
@@ -354,9 +355,7 @@ def save(built: Built, out: str | os.PathLike) -> Path:
         (tmp / "data").mkdir()
         for split, ds in dsd.items():
             ds.to_parquet(str(tmp / "data" / f"{split}.parquet"))
-        with open(tmp / "workloads.jsonl", "w") as f:
-            for key in sorted(built.workloads):
-                f.write(json.dumps(built.workloads[key].to_json(), separators=(",", ":")) + "\n")
+        append_lines(tmp / "workloads.jsonl", (built.workloads[key].to_json() for key in sorted(built.workloads)))
         (tmp / "build.json").write_text(json.dumps(build_info(built), indent=1) + "\n")
         (tmp / "README.md").write_text(card(built))
         check_out(out)  # someone may have written there meanwhile
@@ -525,7 +524,11 @@ def load(path: str | os.PathLike):
     if not (path / "dataset_dict.json").is_file():
         raise DatasetFormatError(f"{path}: not a dataset directory (no dataset_dict.json; "
                                  "write one with `dragonlab dataset build`)")
-    dsd = datasets.load_from_disk(str(path))
+    _check_json_files(path)
+    try:
+        dsd = datasets.load_from_disk(str(path))
+    except (LookupError, TypeError, ValueError, OSError) as e:  # a file of the Hugging Face layout is not as saved
+        raise DatasetFormatError(f"{path}: not a readable dataset ({type(e).__name__}: {e})") from None
     for split, ds in dsd.items():
         missing = [c for c in ("task", "prompt", "completion", "workload", "target") if c not in ds.column_names]
         if missing:
@@ -538,6 +541,18 @@ def load(path: str | os.PathLike):
     if unknown:
         raise DatasetFormatError(f"{path}/workloads.jsonl: no workload for key(s) {sorted(unknown)[:3]}")
     return dsd, workloads
+
+
+def _check_json_files(path: Path) -> None:
+    """`datasets` reads these files without saying which one is not JSON: read them first."""
+    layout = read_json(path / "dataset_dict.json")
+    splits = layout.get("splits") if isinstance(layout, dict) else None
+    if not (isinstance(splits, list) and all(isinstance(s, str) for s in splits)):
+        raise DatasetFormatError(f"{path}/dataset_dict.json: field splits: expected a list of split names")
+    for split in splits:
+        for name in ("state.json", "dataset_info.json"):
+            if (path / split / name).is_file():
+                read_json(path / split / name)
 
 
 def target_of(dsd, splits: list[str]) -> str:

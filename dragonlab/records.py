@@ -6,10 +6,10 @@ A `RecordStore` is a directory:
     records[.SHARD].jsonl    one line per measured candidate (a `Record`)
     progress[.SHARD].jsonl   one line per (workload, target) whose collection finished
 
-Every file is append-only: a line is written whole with one `write`, and a torn last line
-(the process was killed mid-write) is ignored on read and cut off before the next append, so
-a kill -9 loses at most the line being written. Shards (`--shard i/n`) write their own files
-in the same directory or in separate ones; reading de-duplicates, so merging is `cat`.
+Every file is append-only (`dragonlab.jsonl`: a torn last line left by a kill is ignored on
+read and cut off before the next append, so a kill -9 loses at most the lines being written).
+Shards (`--shard i/n`) write their own files in the same directory or in separate ones;
+reading de-duplicates, so merging is `cat`.
 
 Records keep the module they were tuned on by workload key, and the workload file keeps the
 module itself: the structural hash ignores block names, but traces look blocks up by name.
@@ -24,9 +24,10 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
-from dragonlab.workloads import Workload, WorkloadFormatError
+from dragonlab.jsonl import append_lines, read_lines
+from dragonlab.workloads import Workload
 
 # What happened to a measured candidate. Only "ok" records carry latencies and become data;
 # "timeout" means the build or run was killed for time (often a busy machine, not a bad
@@ -82,20 +83,39 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict) -> "Record":
+        """The record a JSON object describes, every field checked; RecordFormatError names the field."""
         if not isinstance(d, dict):
-            raise RecordFormatError("a record must be a JSON object")
+            raise RecordFormatError(f"a record must be a JSON object, got {_json_type(d)}")
         missing = [k for k in ("workload", "target", "trace", "status") if k not in d]
         if missing:
             raise RecordFormatError(f"record is missing field {missing[0]!r}")
-        unknown = set(d) - {f for f in cls.__dataclass_fields__}
+        unknown = set(d) - set(_FIELDS)
         if unknown:
             raise RecordFormatError(f"record has unknown field {sorted(unknown)[0]!r}")
-        if not isinstance(d["trace"], list) or len(d["trace"]) != 2:
+        for name, value in d.items():
+            kind, nullable = _FIELDS[name]
+            if not (value is None and nullable or isinstance(value, kind) and not isinstance(value, bool)):
+                raise RecordFormatError(f"field {name!r} must be {_JSON_NAMES[kind]}{' or null' if nullable else ''}, "
+                                        f"got {_json_type(value)}")
+        if len(d["trace"]) != 2 or not all(isinstance(part, list) for part in d["trace"]):
             raise RecordFormatError("field 'trace' must be [instructions, decisions]")
         lat = d.get("latencies")
-        if lat is not None and not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in lat):
+        if lat is not None and not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                       and x > 0 for x in lat):
             raise RecordFormatError("field 'latencies' must hold positive finite seconds")
         return cls(**{**d, "latencies": tuple(lat) if lat else None})
+
+
+# The JSON type of each field of a stored Record, and whether it may be null.
+_FIELDS = {"workload": (str, False), "target": (str, False), "trace": (list, False), "status": (str, False),
+           "latencies": (list, True), "error": (str, True), "round": (int, True), "trial": (int, True),
+           "source": (str, False)}
+_JSON_NAMES = {str: "a string", list: "an array", int: "an integer", float: "a number", dict: "an object",
+               bool: "a boolean", type(None): "null"}
+
+
+def _json_type(value) -> str:
+    return next((name for kind, name in _JSON_NAMES.items() if type(value) is kind), type(value).__name__)
 
 
 def trace_text(trace: list) -> str:
@@ -108,52 +128,6 @@ def classify_error(message: str) -> str:
     if "Timeout" in message or "timed out" in message:
         return TIMEOUT
     return BUILD_ERROR if "Builder" in message else RUN_ERROR
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a whole file or nothing: a temporary file beside it, then one rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """Yield (line number, object); a torn final line (no newline: a killed writer) is skipped."""
-    with open(path, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
-    complete = lines[:-1]  # whatever follows the last newline was never finished
-    for no, raw in enumerate(complete, 1):
-        if not raw.strip():
-            continue
-        try:
-            yield no, json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise RecordFormatError(f"{path}:{no}: not JSON ({e.msg} at column {e.colno})") from None
-
-
-def _append_lines(path: Path, objs: Iterable[dict]) -> None:
-    payload = "".join(json.dumps(o, separators=(",", ":")) + "\n" for o in objs).encode()
-    if not payload:
-        return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        size = os.lseek(fd, 0, os.SEEK_END)
-        if size:  # cut a torn last line so the new lines start on a line of their own
-            os.lseek(fd, size - 1, os.SEEK_SET)
-            if os.read(fd, 1) != b"\n":
-                with open(path, "rb") as f:
-                    keep = f.read().rfind(b"\n") + 1
-                os.ftruncate(fd, keep)
-        os.lseek(fd, 0, os.SEEK_END)
-        os.write(fd, payload)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class RecordStore:
@@ -171,25 +145,21 @@ class RecordStore:
     def add_workloads(self, workloads: Iterable[Workload]) -> None:
         known = set(self.workloads())
         new = [w.to_json() for w in workloads if w.key not in known]
-        _append_lines(self.root / "workloads.jsonl", new)
+        append_lines(self.root / "workloads.jsonl", new)
 
     def append(self, records: Iterable[Record]) -> None:
-        _append_lines(self.root / f"records{self._suffix}.jsonl", (r.to_json() for r in records))
+        append_lines(self.root / f"records{self._suffix}.jsonl", (r.to_json() for r in records))
 
     def mark_done(self, workload: str, target: str, trials: int) -> None:
-        _append_lines(self.root / f"progress{self._suffix}.jsonl",
-                      [{"workload": workload, "target": target, "trials": trials}])
+        append_lines(self.root / f"progress{self._suffix}.jsonl",
+                     [{"workload": workload, "target": target, "trials": trials}])
 
     # reading -------------------------------------------------------------------------------
     def workloads(self) -> dict[str, Workload]:
         path = self.root / "workloads.jsonl"
         out: dict[str, Workload] = {}
         if path.exists():
-            for no, obj in _read_jsonl(path):
-                try:
-                    w = Workload.from_json(obj)
-                except (WorkloadFormatError, KeyError, TypeError, ValueError) as e:
-                    raise RecordFormatError(f"{path}:{no}: {e}") from None
+            for w in read_lines(path, Workload.from_json, error=RecordFormatError):
                 out.setdefault(w.key, w)
         return out
 
@@ -198,11 +168,7 @@ class RecordStore:
         seen: set = set()
         out: list[Record] = []
         for path in sorted(self.root.glob("records*.jsonl")):
-            for no, obj in _read_jsonl(path):
-                try:
-                    r = Record.from_json(obj)
-                except (RecordFormatError, TypeError) as e:
-                    raise RecordFormatError(f"{path}:{no}: {e}") from None
+            for r in read_lines(path, Record.from_json, error=RecordFormatError):
                 if (target and r.target != target) or (workload and r.workload != workload):
                     continue
                 if r.identity not in seen:
@@ -214,13 +180,16 @@ class RecordStore:
         """(workload key, target) -> trial budget of each finished collection."""
         out: dict[tuple[str, str], int] = {}
         for path in sorted(self.root.glob("progress*.jsonl")):
-            for no, obj in _read_jsonl(path):
-                try:
-                    key = (obj["workload"], obj["target"])
-                    out[key] = max(out.get(key, 0), int(obj["trials"]))
-                except (KeyError, TypeError, ValueError):
-                    raise RecordFormatError(f"{path}:{no}: expected workload, target and trials") from None
+            for workload, target, trials in read_lines(path, _progress, error=RecordFormatError):
+                out[(workload, target)] = max(out.get((workload, target), 0), trials)
         return out
+
+
+def _progress(d: dict) -> tuple[str, str, int]:
+    if not (isinstance(d, dict) and isinstance(d.get("workload"), str) and isinstance(d.get("target"), str)
+            and type(d.get("trials")) is int):
+        raise RecordFormatError("expected workload, target and trials")
+    return d["workload"], d["target"], d["trials"]
 
 
 def merge(sources: Iterable[RecordStore], out: RecordStore) -> int:

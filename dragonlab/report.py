@@ -47,7 +47,7 @@ from pathlib import Path
 from dragonlab.attempts import Attempt, ModelWriter, summary, write_and_evaluate
 from dragonlab.evaluate import Evaluation
 from dragonlab.prompts import CONSTRUCTION, REFINEMENT, refinement_from
-from dragonlab.records import write_atomic
+from dragonlab.jsonl import append_lines, read_json, read_lines, write_atomic
 
 # The paper's self-reported figures (arXiv 2610.20980): an 8B model with LoRA, cuda targets,
 # 54,116 workloads; shown beside ours with the scale noted, never mixed with them.
@@ -215,11 +215,7 @@ def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Pa
     """From each construction prompt's first attempt, `turns` rounds of refinement: each turn
     asks for a faster version of the best correct script so far (or, while there is none,
     tries the construction prompt again). One line per (prompt, turn) in `path`."""
-    done = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            d = json.loads(line)
-            done[(d["split"], d["index"], d["turn"])] = d
+    done = dict(read_lines(path, lambda d: ((d["split"], d["index"], d["turn"]), d))) if path.exists() else {}
     first = {(a.split, a.index): a for a in attempts if a.sample == 0 and a.task == CONSTRUCTION}
     out = []
     for (split, index), a0 in first.items():
@@ -239,8 +235,7 @@ def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Pa
                 e = evaluator.evaluate(workloads[row["workload"]], script)
                 d = {"split": split, "index": index, "turn": turn, "workload": row["workload"],
                      "task": REFINEMENT if best else CONSTRUCTION, "script": script, "evaluation": e.to_json()}
-                with open(path, "a") as f:
-                    f.write(json.dumps(d) + "\n")
+                append_lines(path, [d])
             e = Evaluation.from_json(d["evaluation"])
             out.append({k: d[k] for k in ("split", "index", "turn", "workload", "task")} | {"latency": e.latency})
             if e.latency and (best is None or e.latency < best.evaluation.latency):
@@ -257,9 +252,8 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
     path = out / "baselines.jsonl"
     done: dict[str, dict[str, dict]] = defaultdict(dict)
     if path.exists():
-        for line in path.read_text().splitlines():
-            d = json.loads(line)
-            done[d["system"]][d["workload"]] = d
+        for system, key, d in read_lines(path, lambda d: (d["system"], d["workload"], d)):
+            done[system][key] = d
 
     def judge(system: str, scripts: dict[str, list[str]], extra: dict | None = None) -> None:
         todo = [(w, s) for w in held if w.key not in done[system] for s in scripts.get(w.key, [])]
@@ -273,12 +267,11 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
             prev = best.get(w.key)
             if prev is None or (e.latency or math.inf) < (prev[1].latency or math.inf):
                 best[w.key] = (s, e)
-        with open(path, "a") as f:
-            for key, (s, e) in best.items():  # the kernel that counts, and every one judged
-                d = {"system": system, "workload": key, "script": s, "evaluation": e.to_json(),
-                     "judged": every[key] if len(every[key]) > 1 else None, **((extra or {}).get(key) or {})}
-                done[system][key] = d
-                f.write(json.dumps(d) + "\n")
+        for key, (s, e) in best.items():  # the kernel that counts, and every one judged
+            done[system][key] = {"system": system, "workload": key, "script": s, "evaluation": e.to_json(),
+                                 "judged": every[key] if len(every[key]) > 1 else None,
+                                 **((extra or {}).get(key) or {})}
+        append_lines(path, (done[system][key] for key in best))
 
     judge("unscheduled", {w.key: [baselines.unscheduled_script()] for w in held})
     judge(f"random best-of-{config.k}",
@@ -519,4 +512,4 @@ def read_report(path: str | os.PathLike) -> dict:
     """report.json of a report directory (or the file itself)."""
     path = Path(path)
     path = path / "report.json" if path.is_dir() else path
-    return json.loads(path.read_text())
+    return read_json(path)

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from dragonlab import plots
-from dragonlab.records import write_atomic
+from dragonlab.jsonl import write_atomic
 from dragonlab.report import search_curves
 
 

@@ -28,7 +28,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dragonlab.records import write_atomic
+from dragonlab.jsonl import append_lines, read_json, read_lines, write_atomic
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
             from dragonlab.evaluate import Evaluator
 
             if config.eval_split not in dsd:
-                _append(log_path, {"step": step, "eval": None, "reason": f"no {config.eval_split} split"})
+                append_lines(log_path, [{"step": step, "eval": None, "reason": f"no {config.eval_split} split"}])
                 return
             rows = [dict(r, index=i) for i, r in enumerate(dsd[config.eval_split])][:config.eval_examples]
             constraint = for_rows(tokenizer, rows, workloads) if config.constrained_eval else None
@@ -161,7 +161,7 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
             if self.evaluator is None:
                 self.evaluator = Evaluator(rows[0]["target"])
             attempts = evaluate_attempts(self.evaluator, workloads, rows, scripts, split=config.eval_split)
-            _append(log_path, {"step": step, "eval": summary(attempts)})
+            append_lines(log_path, [{"step": step, "eval": summary(attempts)}])
 
     judge = Judge()
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_rows, processing_class=tokenizer,
@@ -184,7 +184,7 @@ def log_callback(path: Path):
     class Log(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and state.is_world_process_zero:
-                _append(path, {"step": state.global_step, **logs})
+                append_lines(path, [{"step": state.global_step, **logs}])
 
     return Log()
 
@@ -194,12 +194,14 @@ def read_log(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    last: dict[tuple, dict] = {}
-    for line in path.read_text().splitlines(keepends=True):
-        if line.endswith("\n"):
-            d = json.loads(line)
-            last[(d.get("step"), "eval" in d, "train_runtime" in d)] = d
+    last = {(d.get("step"), "eval" in d, "train_runtime" in d): d for d in read_lines(path, _log_line)}
     return sorted(last.values(), key=lambda d: (d.get("step", 0), "eval" in d))
+
+
+def _log_line(d: dict) -> dict:
+    if not isinstance(d, dict):
+        raise ValueError("a log line must be a JSON object")
+    return d
 
 
 def _claim(out: Path, config, data, **extra) -> None:
@@ -208,7 +210,9 @@ def _claim(out: Path, config, data, **extra) -> None:
     run = json.loads(json.dumps({"config": asdict(config), "data": str(Path(data).resolve()), **extra}))  # as read back
     meta = out / "run.json"
     if meta.exists():
-        old = json.loads(meta.read_text())
+        old = read_json(meta)
+        if not (isinstance(old, dict) and isinstance(old.get("config"), dict)):
+            raise FileExistsError(f"{meta}: not a dragonlab run.json (no config object); choose a new --out")
         if old != run:
             raise FileExistsError(f"{out} holds another run ({meta} differs: {_diff(old, run)}); "
                                   "choose a new --out or rerun with the same settings to resume")
@@ -240,7 +244,3 @@ def _last_complete_checkpoint(folder: Path) -> Path | None:
             shutil.rmtree(p)  # cut short by a kill during the save
     return complete[-1] if complete else None
 
-
-def _append(path: Path, obj: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(obj) + "\n")

@@ -96,3 +96,22 @@ def test_stats_count_statuses_and_latency_spread(tmp_path):
     (row,) = s.rows
     assert (row["ok"], row["timeout"], row["records"]) == (2, 1, 3)
     assert row["best_ms"] == pytest.approx(1.0) and row["worst_ms"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("workload", 123, "field 'workload' must be a string, got an integer"),
+    ("target", None, "field 'target' must be a string, got null"),
+    ("trace", {"a": 1}, "field 'trace' must be an array, got an object"),
+    ("trace", [[], 1], r"field 'trace' must be \[instructions, decisions\]"),
+    ("status", ["ok"], "field 'status' must be a string, got an array"),
+    ("latencies", "1e-3", "field 'latencies' must be an array or null, got a string"),
+    ("error", 5, "field 'error' must be a string or null, got an integer"),
+    ("round", True, "field 'round' must be an integer or null, got a boolean"),
+    ("trial", 1.5, "field 'trial' must be an integer or null, got a number"),
+    ("source", None, "field 'source' must be a string, got null"),
+])
+def test_every_field_of_a_stored_record_is_type_checked(tmp_path, field, value, message):
+    d = _ok(TRACE_A).to_json() | {field: value}
+    (tmp_path / "records.jsonl").write_text(json.dumps(d) + "\n")
+    with pytest.raises(RecordFormatError, match=f"records.jsonl:1: {message}"):
+        RecordStore(tmp_path).records()

@@ -1,0 +1,103 @@
+"""Files that survive a kill: append-only JSON lines, and whole files written atomically.
+
+An append-only file grows by whole lines: the lines of one `append_lines` go out in one
+`write` and are on disk (fsync) when it returns. A writer killed mid-write leaves a torn last
+line, the bytes after the last newline. Readers ignore it and the next append cuts it off
+first, so a kill -9 loses at most the lines being written and never corrupts the file; any
+other line that is not JSON is an error that names the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class JsonFormatError(ValueError):
+    """A JSON or JSON-lines file that is not what dragonlab wrote; names the file (and line)."""
+
+
+def append_lines(path: str | os.PathLike, objs: Iterable) -> None:
+    """Append one compact JSON line per object, after cutting a torn last line."""
+    payload = b"".join(json.dumps(o, separators=(",", ":")).encode() + b"\n" for o in objs)
+    if not payload:
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        keep = _complete_size(fd, size)
+        if keep != size:
+            os.ftruncate(fd, keep)
+        view = memoryview(payload)
+        while view:  # a regular file takes it all at once, short of a full disk
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _complete_size(fd: int, size: int, chunk: int = 1 << 16) -> int:
+    """Bytes up to and including the last newline, searched from the end."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        i = os.pread(fd, end - start, start).rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        end = start
+    return 0
+
+
+def read_lines(path: str | os.PathLike, parse: Callable[[Any], T] = lambda obj: obj, *,
+               error: type[ValueError] = JsonFormatError) -> Iterator[T]:
+    """`parse` of each complete line's JSON value; blank lines and a torn last line are skipped.
+    A line that is not JSON, or that `parse` rejects (ValueError, TypeError, KeyError), raises
+    `error` naming the file and the line."""
+    with open(path, "rb") as f:
+        for no, raw in enumerate(f, 1):
+            if not raw.endswith(b"\n"):
+                return  # torn: the writer was killed before it finished the line
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except (ValueError, RecursionError) as e:
+                raise error(f"{path}:{no}: not JSON ({_why(e)})") from None
+            try:
+                value = parse(obj)
+            except (ValueError, TypeError, KeyError, RecursionError) as e:
+                raise error(f"{path}:{no}: {e if isinstance(e, ValueError) else _why(e)}") from None
+            yield value
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON value of a whole file; one that is not JSON raises JsonFormatError naming it."""
+    try:
+        return json.loads(Path(path).read_bytes())
+    except (ValueError, RecursionError) as e:
+        raise JsonFormatError(f"{path}: not JSON ({_why(e)})") from None
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at line {e.lineno} column {e.colno}" if e.lineno > 1 else f"{e.msg} at column {e.colno}"
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 at byte {e.start}"
+    return f"{type(e).__name__}: {e}"
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write a whole file or nothing: a temporary file beside it, then one rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
