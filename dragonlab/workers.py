@@ -7,12 +7,19 @@ outside: the parent waits on the pipe with a deadline and kills the child when i
 kernel spinning in C++ with the GIL held cannot stall the parent (TVM's own PopenWorker relies
 on a timer thread inside the child). The memory limit is RLIMIT_AS in the child.
 
+The child answers with JSON, never with pickles: a process that ran untrusted work (a kernel
+that might, against every check before it, execute code of its own) can send wrong data, which
+the caller checks, but cannot make the parent construct objects or run code. Calls still go to
+the child as pickles (the parent is trusted). A `sandbox` worker also hardens itself at start
+(`dragonlab.sandbox`: no new processes, files or sockets) before it takes any call.
+
 A call may report progress (`progress("build")`) before it returns, so that a crash or a
 timeout can be attributed to the stage it happened in.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -58,16 +65,34 @@ class Limits:
     setup_sec: float = 600.0  # the setup call of a fresh worker (imports can take a minute on a busy machine)
 
 
-def _serve(inbox: Connection, outbox: Connection, memory_bytes: int) -> None:
+MAX_MESSAGE = 64 << 20  # bytes of one answer: results are verdicts and short lists, never tensors
+
+
+def _send(outbox: Connection, kind: str, value) -> None:
+    try:
+        data = json.dumps([kind, value])
+    except (TypeError, ValueError):
+        data = json.dumps(["error", f"TypeError: the call returned a {type(value).__name__}, not JSON data"])
+    outbox.send_bytes(data.encode())
+
+
+def _serve(inbox: Connection, outbox: Connection, memory_bytes: int, sandbox: bool) -> None:
     """The child's loop: receive (function, args), send progress and then the result."""
     # Ctrl-C (or a notebook kernel's interrupt, sent to its process group) is for the parent: it
     # decides what becomes of a call, and ends its workers itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if memory_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    if sandbox:
+        import numpy  # noqa: F401  (what kernel workers need, imported before the doors close)
+        import tvm  # noqa: F401
+
+        from dragonlab.sandbox import harden
+
+        harden()
 
     def progress(stage: str) -> None:
-        outbox.send(("progress", stage))
+        _send(outbox, "progress", stage)
 
     while True:
         try:
@@ -75,21 +100,24 @@ def _serve(inbox: Connection, outbox: Connection, memory_bytes: int) -> None:
         except (EOFError, OSError):
             return  # the parent is gone
         try:
-            outbox.send(("result", fn(*args, progress=progress)))
+            _send(outbox, "result", fn(*args, progress=progress))
         except MemoryError:
-            outbox.send(("error", "MemoryError: out of memory (worker limit)"))
+            _send(outbox, "error", "MemoryError: out of memory (worker limit)")
         except Exception as e:  # everything the call raises goes back as data
-            outbox.send(("error", f"{type(e).__name__}: {e}"))
+            _send(outbox, "error", f"{type(e).__name__}: {e}")
 
 
 class Worker:
     """One child process; `call` runs `fn(*args, progress=...)` in it under the limits."""
 
-    def __init__(self, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None):
+    def __init__(self, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None, *,
+                 sandbox: bool = False):
         """`setup` runs once in each fresh process, under `limits.setup_sec`, before any call:
-        slow one-off work (imports, caches) must not eat into a call's time limit."""
+        slow one-off work (imports, caches) must not eat into a call's time limit. `sandbox`:
+        the process hardens itself before its first call (for workers that run kernels)."""
         self.limits = limits
         self.setup = setup
+        self.sandbox = sandbox
         self._proc: subprocess.Popen | None = None
         self._inbox = self._outbox = None
 
@@ -100,7 +128,8 @@ class Worker:
         from_child, to_parent = os.pipe()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "dragonlab.workers", str(from_parent), str(to_parent),
-             str(self.limits.memory_bytes or 0)], pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
+             str(self.limits.memory_bytes or 0), "sandbox" if self.sandbox else "plain"],
+            pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
         os.close(from_parent)
         os.close(to_parent)
         self._outbox = Connection(to_child, readable=False)
@@ -129,10 +158,13 @@ class Worker:
                 if not ready:
                     self._kill()
                     raise WorkerTimeout(f"timed out after {timeout:g} s", stage)
-                kind, value = self._inbox.recv()
+                kind, value = _message(self._inbox.recv_bytes(MAX_MESSAGE))
             except (EOFError, OSError, ConnectionError):
                 code = self._reap()
                 raise WorkerCrashed(f"worker died ({_describe_exit(code)})", stage) from None
+            except ValueError as e:  # not the protocol: the process cannot be trusted to go on
+                self._kill()
+                raise WorkerCrashed(f"worker sent malformed data ({e})", stage) from None
             if kind == "progress":
                 stage = value
             elif kind == "result":
@@ -165,6 +197,17 @@ class Worker:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
 
+def _message(data: bytes) -> tuple[str, object]:
+    """A child's message: ["progress", stage], ["result", value] or ["error", text]."""
+    try:
+        kind, value = json.loads(data)
+    except (ValueError, TypeError, RecursionError) as e:
+        raise ValueError(f"not a JSON message: {type(e).__name__}") from None
+    if kind not in ("progress", "result", "error") or (kind != "result" and not isinstance(value, str)):
+        raise ValueError(f"unknown message {str(kind)[:20]!r}")
+    return kind, value
+
+
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "no exit status"
@@ -179,8 +222,9 @@ def _describe_exit(code: int | None) -> str:
 class WorkerPool:
     """`n` workers; `map` runs calls in parallel, one thread per worker, results in order."""
 
-    def __init__(self, n: int, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None):
-        self.workers = [Worker(limits, setup) for _ in range(max(1, n))]
+    def __init__(self, n: int, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None, *,
+                 sandbox: bool = False):
+        self.workers = [Worker(limits, setup, sandbox=sandbox) for _ in range(max(1, n))]
 
     def map(self, fn: Callable, argsets: list[tuple], *, timeout_sec: float | None = None,
             on_result: Callable[[int, Any], None] | None = None) -> list:
@@ -219,4 +263,4 @@ class WorkerPool:
 
 if __name__ == "__main__":
     _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False),
-           int(sys.argv[3]))
+           int(sys.argv[3]), sys.argv[4] == "sandbox")
