@@ -30,8 +30,15 @@ from dataclasses import dataclass
 from dragonlab import indexmap
 from dragonlab.indexmap import MAX_DEPTH
 
-MAX_SCRIPT_CHARS = 1 << 20  # real scripts are a few KB
+# Bounds on what a script may ask of the parser (real scripts: a few KB, under 400 lines and 2,000
+# variables; the longest line, a layout with a verbatim index map, about 3 KB). Without them a
+# 150 KB script of `loops b0 >1024` lines took 1.5 GB and 9 s to decode.
+MAX_SCRIPT_CHARS = 1 << 18
+MAX_LINES = 4096
+MAX_LINE_CHARS = 1 << 16
+MAX_VARIABLES = 1 << 14  # outputs of all instructions together
 MAX_OUTPUTS = 1024  # per instruction; real blocks have a few dozen loops at most
+MAX_NESTING = 64  # of lists in a trace's JSON form
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -223,7 +230,7 @@ def to_plain(trace_or_json) -> list:
     becomes "None" (TVM reads both as None); decisions are sorted by instruction index.
     """
     raw = trace_or_json.as_json(remove_postproc=False) if hasattr(trace_or_json, "as_json") else trace_or_json
-    plain = _plain(raw)
+    plain = _plain(raw, 0)
     if not (isinstance(plain, list) and len(plain) == 2 and all(isinstance(p, list) for p in plain)):
         raise TraceFormatError("a trace's JSON form is [instructions, decisions]")
     insts, decisions = plain
@@ -247,15 +254,17 @@ def to_plain(trace_or_json) -> list:
     return [insts, decisions]
 
 
-def _plain(o):
+def _plain(o, depth: int):
     if o is None or isinstance(o, (bool, int, float)):
         return o
     if isinstance(o, str):
         return str(o)
+    if depth >= MAX_NESTING:
+        raise TraceFormatError(f"values nested more than {MAX_NESTING} deep")
     if isinstance(o, Mapping):
-        return {_plain(k): _plain(v) for k, v in o.items()}
+        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in o.items()}
     if isinstance(o, Sequence) and not isinstance(o, (bytes, bytearray)):
-        return [_plain(v) for v in o]
+        return [_plain(v, depth + 1) for v in o]
     from tvm.tirx import FloatImm, IntImm
 
     if isinstance(o, IntImm):
@@ -456,6 +465,8 @@ class _Parser(indexmap.MapReader):
         self.lines = text.split("\n")
         if not prefix and self.lines[-1] == "":  # a final newline is allowed
             self.lines.pop()
+        if len(self.lines) > MAX_LINES:
+            raise ScriptSyntaxError(f"script has more than {MAX_LINES} lines", MAX_LINES + 1, 1)
         self.prefix, self.line, self.pos, self.lineno, self.open_end = prefix, text, 0, 1, False
         self.defined, self.outputs, self.free, self.labels, self.scope = set(), 0, {}, {}, {}
         self._start_line()
@@ -479,12 +490,17 @@ class _Parser(indexmap.MapReader):
                 inst, decision = self._instruction()
             except _Incomplete:
                 break
-            self.outputs += len(inst[3])
+            self._count_outputs(inst)
             self.defined.update(inst[3])
             if decision != ():
                 decisions.append([len(insts), decision])
             insts.append(inst)
         return [insts, decisions]
+
+    def _count_outputs(self, inst: list) -> None:
+        if self.outputs + len(inst[3]) > MAX_VARIABLES:
+            self._error(f"script defines more than {MAX_VARIABLES} variables", 0)
+        self.outputs += len(inst[3])
 
     def _error(self, message: str, pos: int | None = None):
         raise ScriptSyntaxError(message, self.lineno, (self.pos if pos is None else pos) + 1)
@@ -539,6 +555,8 @@ class _Parser(indexmap.MapReader):
         return self.line[self.pos + 1]
 
     def _instruction(self):
+        if len(self.line) > MAX_LINE_CHARS:
+            self._error(f"line is longer than {MAX_LINE_CHARS} characters", 0)
         if self._peek() == "":
             self._missing("an instruction") if self.open_end else self._error("empty line; expected an instruction")
         start, word = self.pos, self._word()
@@ -780,8 +798,18 @@ class LineReader(_Parser):
             return None
 
     def commit(self, inst: list) -> None:
-        self.outputs += len(inst[3])
+        self._count_outputs(inst)
         self.defined.update(inst[3])
+
+
+def decode_index_map(text: str, *, pretty: bool) -> str:
+    """The JSON graph of one index map in the readable notation (`{i,j->i//16,j%16}`), as TVM
+    writes it in an attribute (`pretty`, indented) or an input; raises ScriptSyntaxError."""
+    parser = _Parser(text)
+    graph = parser._imap(pretty=pretty)
+    if parser.pos != len(text):
+        parser._fail("the end of the index map")
+    return graph
 
 
 def _imap_text(graph: str, ctx: str) -> str:

@@ -39,7 +39,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Mapping
 
 from dragonlab.codec import _MNEMONICS, KEY_ALIASES, LineReader, ScriptSyntaxError, _plain, apply
-from dragonlab.evaluate import ANNOTATION_KEYS, _known_crash, _worker_module, outside_search_space
+from dragonlab.allowlist import ANNOTATIONS, refusal
+from dragonlab.evaluate import _worker_module
 from dragonlab.workers import Limits, RemoteError, Worker, WorkerError
 
 # What each argument of an instruction may name, one letter per parameter in script order:
@@ -66,10 +67,10 @@ _PRINTABLE = {chr(c) for c in range(0x20, 0x7F)} | {"\n"}
 # characters (a layout with its index map); without a bound a model can extend a list or a
 # `reorder` without end, and each check re-reads the whole open line.
 MAX_LINE = 512
-# The annotation keys a constrained `ann` may write: those MetaSchedule writes, which are the
-# ones the evaluator accepts (an `unann` may only remove one that is there). Free-form keys
-# would also let a model write words without end.
-_KEYS = set(ANNOTATION_KEYS) | {k for k in KEY_ALIASES.values() if k.startswith("meta_schedule.")}
+# The annotation keys a constrained `ann` may write: those MetaSchedule writes in a design part,
+# which are the ones the evaluator accepts (an `unann` may only remove one that is there).
+# Free-form keys would also let a model write words without end.
+_KEYS = set(ANNOTATIONS)
 _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
 
 
@@ -308,9 +309,10 @@ class _Reader(LineReader):
 class ScriptFollower:
     """Follows one script as it is written; `allows(piece)` says whether `piece` may come next."""
 
-    def __init__(self, mod, replayer: Replayer | None = None):
-        """`replayer`: the worker to apply lines in, shared by followers (a private one if None)."""
-        self.mod = mod
+    def __init__(self, mod, replayer: Replayer | None = None, *, target_kind: str = "llvm"):
+        """`replayer`: the worker to apply lines in, shared by followers (a private one if None);
+        `target_kind`: TVM's kind of the target the script is for, whose allowlist it keeps."""
+        self.mod, self.target_kind = mod, target_kind
         self.replayer = replayer or Replayer()
         self.state = self._state([], [])
         if self.state is None:
@@ -392,7 +394,7 @@ class ScriptFollower:
 
     def _state(self, insts: list, decisions: list) -> _State | None:
         plain = [insts, decisions]
-        if outside_search_space(plain) or _known_crash(plain):  # the evaluator refuses these unapplied
+        if refusal(plain, self.target_kind):  # the evaluator refuses these unapplied
             return None
         facts = self.replayer.facts(self.mod, plain)
         return None if facts is None else \

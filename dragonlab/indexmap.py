@@ -17,7 +17,8 @@ import math
 import re
 from collections import Counter
 
-MAX_DEPTH = 32  # nesting of lists and of index-map expressions
+MAX_DEPTH = 32  # nesting of lists and of index-map expressions (a chain a+b+c+... counts its length)
+MAX_TERMS = 256  # operators and calls in one index map; real ones have a few dozen
 # The graph's metadata names the TVM version. The readable form regenerates that metadata, so a
 # graph from another version fails the codec's exactness check and is kept verbatim.
 GRAPH_VERSION = "0.27.0.post1"
@@ -32,10 +33,10 @@ _CALL_TYPES = {name: typ for typ, name in _CALLS.items()}
 class Obj:
     """An object of an index map being read; Python identity stands for TVM object identity."""
 
-    __slots__ = ("type", "dtype", "data")
+    __slots__ = ("type", "dtype", "data", "height")
 
-    def __init__(self, typ: str, dtype: str | None, data):
-        self.type, self.dtype, self.data = typ, dtype, data
+    def __init__(self, typ: str, dtype: str | None, data, height: int = 0):
+        self.type, self.dtype, self.data, self.height = typ, dtype, data, height
 
 
 class MapReader:
@@ -54,12 +55,14 @@ class MapReader:
             if not (graph[:1] == "{" and graph[-1:] == "}"):
                 self._error("a verbatim index map is a JSON object", start)
         else:
-            self.free, self.labels = {}, {}
+            self.free, self.labels, self.terms = {}, {}, 0
             graph = graph_json(self._map(0), pretty)
         self._expect("}", "'}'")
         return graph
 
     def _map(self, depth: int) -> Obj:
+        if depth > MAX_DEPTH:
+            self._error("index maps nested too deeply")
         binders = {}
         while self._peek() != "-":
             if binders:
@@ -82,6 +85,16 @@ class MapReader:
             inverse = self._map(depth + 1)
         arrays = (Obj("ffi.Array", None, list(binders.values())), Obj("ffi.Array", None, final))
         return Obj("tirx.IndexMap", None, (*arrays, inverse))
+
+    def _operation(self, typ: str, dtype: str | None, a: Obj, b: Obj) -> Obj:
+        """A binary node; bounded in height (so nothing that walks it recurses without end) and
+        in number (so nothing that walks it takes long)."""
+        height, self.terms = 1 + max(a.height, b.height), self.terms + 1
+        if height > MAX_DEPTH:
+            self._error("index-map expression nested too deeply")
+        if self.terms > MAX_TERMS:
+            self._error(f"index map has more than {MAX_TERMS} operations")
+        return Obj(typ, dtype, (a, b), height)
 
     def _ident(self, expected: str) -> str:
         start, word = self.pos, self._word()
@@ -110,7 +123,7 @@ class MapReader:
                 return left
             self.pos += len(op)
             typ, prec = _OPS[op]
-            left = Obj(typ, left.dtype, (left, self._expr(depth + 1, prec + 1)))
+            left = self._operation(typ, left.dtype, left, self._expr(depth + 1, prec + 1))
 
     def _labelled(self, depth: int) -> Obj:
         if self._peek() == "@":
@@ -149,7 +162,7 @@ class MapReader:
             self._expect(",", "','")
             b = self._expr(depth + 1, 1)
             self._expect(")", "')'")
-            return Obj(_CALL_TYPES[name], a.dtype, (a, b))
+            return self._operation(_CALL_TYPES[name], a.dtype, a, b)
         dtype = self._dtype(None)
         if name in self.scope:
             if dtype is not None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import html
-import json
 import statistics
 import time
 from collections import defaultdict
@@ -23,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dragonlab import codec
-from dragonlab.evaluate import _known_crash
+from dragonlab.allowlist import known_crash as _known_crash
+from dragonlab.jsonl import read_lines
 from dragonlab.workers import Limits, RemoteError, Worker, WorkerError
 from dragonlab.workloads import Workload
 
@@ -107,7 +107,7 @@ class Scheduler:
 
 
 def _first_crash(plain: list) -> int | None:
-    """The index of the first instruction whose decision would crash TVM (see evaluate._known_crash)."""
+    """The index of the first instruction whose decision would crash TVM (see allowlist.known_crash)."""
     insts, decisions = plain
     for n in range(1, len(insts) + 1):
         if _known_crash([insts[:n], [d for d in decisions if d[0] < n]]):
@@ -256,8 +256,7 @@ def candidates_from_report(run: str | Path) -> dict[str, list[Candidate]]:
             best = min(group, key=lambda a: a.evaluation.latency or float("inf"))
             out[key].append(Candidate(system.upper() if system in ("sft", "rl") else system, best.script))
     if (report / "baselines.jsonl").exists():
-        for line in (report / "baselines.jsonl").read_text().splitlines():
-            d = json.loads(line)
+        for d in read_lines(report / "baselines.jsonl"):
             if d["system"] != "unscheduled" and d.get("script") is not None:
                 out[d["workload"]].append(Candidate(d["system"], d["script"]))
     return dict(out)

@@ -74,7 +74,7 @@ def test_zero_tile_factor_is_refused_before_it_can_crash_a_worker(evaluator, rec
     tile[1] = [tile[1][0], 0, *tile[1][2:]]
     pids = evaluator.worker_pids()
     e = evaluator.evaluate(w, bad)
-    assert e.stage == "apply" and "zero factor" in e.reason
+    assert e.stage == "validate" and "positive factors" in e.reason
     assert evaluator.worker_pids() == pids
 
 
@@ -85,7 +85,7 @@ def test_a_reindex_buffer_type_that_aborts_tvm_is_refused(evaluator, records):
     assert evaluator.evaluate(w, "get C\nreindex b0 9 0").stage == "apply"  # TVM's own error
     pids = evaluator.worker_pids()
     e = evaluator.evaluate(w, "get root\nreindex b0 5124 512")
-    assert e.stage == "apply" and "neither 0 (read) nor 1 (write)" in e.reason
+    assert e.stage == "validate" and "not a buffer" in e.reason
     assert evaluator.worker_pids() == pids
 
 
@@ -101,9 +101,9 @@ def test_a_crash_in_a_worker_is_an_evaluation_and_the_next_one_works(records):
     worker = Worker(Limits(timeout_sec=120))
     try:
         job = (w.key, ev_module._module_json(w), {"kind": "llvm", "num-cores": 1}, bad,
-               {"checks": 1, "seed": 0, "nvcc": False}, "/tmp")
+               {"checks": 1, "seed": 0, "nvcc": False}, "/tmp/dragonlab-never-written.so")
         with pytest.raises(ev_module.WorkerError, match="SIGFPE") as info:
-            worker.call(ev_module.check_script, *job)
+            worker.call(ev_module.build_script, *job)
         assert info.value.stage == "apply"
         assert ev_module._evaluation_of(w.key, "cpu", info.value).stage == "apply"
     finally:
@@ -131,8 +131,8 @@ def test_tampered_post_processing_is_a_repair_and_never_built(evaluator, records
     assert e.repairs == ("post-processing",) and e.correct and not e.exact
 
 
-def test_unsafe_primitives_after_postproc_are_never_built(evaluator, records):
-    """Precision-losing hack smuggled into the post-processing part: it is not what gets built."""
+def test_unsafe_primitives_after_postproc_are_refused(evaluator, records):
+    """Precision-losing hack smuggled into the post-processing part: MetaSchedule never writes it."""
     workloads, recs = records
     w = next(x for x in workloads.values() if x.family == "matmul")
     r = next(r for r in recs if r.workload == w.key and any(i[0] == "CacheWrite" for i in r.trace[0]))
@@ -140,16 +140,19 @@ def test_unsafe_primitives_after_postproc_are_never_built(evaluator, records):
     block = next(i[3][0] for i in hacked[0] if i[0] == "GetSBlock" and i[2][0] == "C")
     hacked[0].append(["UnsafeSetDType", [block], [0, "float16"], []])  # C now writes the fp16 cache
     e = evaluator.evaluate(w, hacked)
-    assert e.stage == OK and e.repairs == ("post-processing",) and e.max_error <= 1
+    assert e.stage == "validate" and "UnsafeSetDType is not an instruction MetaSchedule writes" in e.reason
 
 
-def test_wrong_numerics_get_no_bonus(evaluator, quick):
-    """A hand-written hack: keep the accumulator in float16 to go faster."""
+def test_wrong_numerics_get_no_bonus(evaluator, quick, monkeypatch):
+    """A hand-written hack: keep the accumulator in float16 to go faster. The allowlist refuses
+    it; with the allowlist switched off, the numerical check still stops it."""
     w = quick["matmul"]
     sch = Schedule(w.mod)
     block = sch.get_sblock("C")
     sch.cache_write(block, 0, "global")
     sch.unsafe_set_dtype(block, 0, "float16")
+    assert evaluator.evaluate(w, to_plain(sch.trace)).stage == "validate"
+    monkeypatch.setattr("dragonlab.allowlist.refusal", lambda *_: None)
     e = evaluator.evaluate(w, to_plain(sch.trace))
     assert e.stage == "check" and "differs from the unscheduled kernel" in e.reason
     assert e.latencies is None and reward(e) == RewardConfig().check
@@ -160,6 +163,19 @@ def test_same_trace_is_evaluated_once(evaluator, records):
     first = evaluator.evaluate(w, r.trace)
     again = evaluator.evaluate(w, encode(r.trace))  # the same trace as text
     assert again is first
+
+
+def test_the_cache_gives_each_caller_its_own_reference(evaluator, records):
+    """A script's reward must not depend on the order it was asked in (RL batches mix
+    construction and refinement prompts, whose references differ)."""
+    w, r = _matmul_record(records)
+    evaluator.clear_cache()
+    first = evaluator.evaluate(w, r.trace, reference_latency=1.0)
+    again = evaluator.evaluate(w, r.trace)
+    assert first.reference_latency == 1.0 and again.reference_latency not in (None, 1.0)
+    assert again.latencies == first.latencies  # judged and timed once
+    a, b, c = evaluator.evaluate_many([(w, r.trace)] * 3, reference_latencies=[2.0, None, 3.0], progress=False)
+    assert (a.reference_latency, b.reference_latency, c.reference_latency) == (2.0, again.reference_latency, 3.0)
 
 
 def test_reward_ladder_and_bonus_are_bounded():
