@@ -268,33 +268,45 @@ _FOREIGN_OPS = frozenset({"tirx.call_extern", "tirx.call_pure_extern", "tirx.cal
                           "tirx.tvm_call_cpacked_lowered", "tirx.call_spirv_pure_glsl450"})
 
 
-def foreign_calls(mod) -> set[str]:
-    """Every call in `mod` that leaves the kernel: "op symbol" for an extern or packed call or an
-    LLVM intrinsic, "function name" for a call to another function.
+def escapes(mod) -> set[str]:
+    """What in `mod` could leave the computation it describes: calls to extern or packed
+    functions, LLVM intrinsics or other functions ("call OP SYMBOL", "call function NAME"), and
+    annotation or attribute keys that are not MetaSchedule's ("annotation KEY"), which TVM's code
+    generators read as pragmas (`pragma_import_llvm` links code into the kernel).
 
-    Read from the module's JSON graph (a flat node list: no recursion, and TVM 0.27's Python API
-    has no TIR visitor)."""
+    Read from the module's JSON graph: a flat node list, so no recursion (and TVM 0.27's Python
+    API has no TIR visitor)."""
     import tvm
 
     nodes = json.loads(tvm.ir.save_json(mod))["nodes"]
 
-    def value(i):
+    def text(i):
         node = nodes[i]
         if node["type"] == "ir.StringImm":
-            return value(node["data"]["value"])
-        return node.get("data")
+            return text(node["data"]["value"])
+        return node["data"] if node["type"] == "ffi.String" else node["type"]
 
     found = set()
     for node in nodes:
-        if node["type"] not in ("ir.Call", "tirx.Call"):
-            continue
-        callee = nodes[node["data"]["op"]]
-        if callee["type"] == "ir.Op" and callee["data"] in _FOREIGN_OPS:
-            args = nodes[node["data"]["args"]]["data"]
-            found.add(f"{callee['data']} {value(args[0]) if args else ''}")
-        elif callee["type"] != "ir.Op":
-            found.add(f"function {callee['data'].get('name_hint') if isinstance(callee['data'], dict) else callee['type']}")
+        kind, data = node["type"], node.get("data")
+        if kind in ("ir.Call", "tirx.Call"):
+            callee = nodes[data["op"]]
+            if callee["type"] == "ir.Op" and callee["data"] in _FOREIGN_OPS:
+                args = nodes[data["args"]]["data"]
+                found.add(f"call {callee['data']} {text(args[0]) if args else ''}")
+            elif callee["type"] != "ir.Op":
+                found.add(f"call function {text(callee['data']['name_hint']) if isinstance(callee['data'], dict) else ''}")
+        elif kind in ("tirx.For", "s_tir.SBlock") and data.get("annotations"):
+            keys = nodes[data["annotations"]]["data"][0::2]
+            found.update(f"annotation {text(k)}" for k in keys if text(k) not in _KNOWN_KEYS)
+        elif kind == "tirx.AttrStmt":
+            key = text(data["attr_key"])
+            if key not in _KNOWN_KEYS:
+                found.add(f"annotation {key}")
     return found
+
+
+_KNOWN_KEYS = frozenset(ANNOTATIONS) | frozenset(POSTPROC_ANNOTATIONS) | UNANNOTATED
 
 
 def known_crash(plain: list) -> str | None:

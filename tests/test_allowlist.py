@@ -98,11 +98,26 @@ def test_index_maps_must_be_arithmetic_in_the_readable_notation():
     assert not allowlist.is_index_map(json.dumps(json.loads(graph)) + " ")
 
 
-def test_foreign_calls_finds_extern_calls():
+def test_escapes_finds_extern_calls_and_pragmas():
     import tvm
     from tvm import te, tirx
+    from tvm.s_tir import Schedule
 
     a = te.placeholder((4,), name="A")
     b = te.compute((4,), lambda i: a[i] + tirx.Cast("float32", tirx.call_extern("int32", "system", "x")), name="B")
-    assert allowlist.foreign_calls(tvm.IRModule({"main": te.create_prim_func([a, b])})) == {"tirx.call_extern system"}
-    assert all(not allowlist.foreign_calls(w.mod) for w in suite("quick"))
+    sch = Schedule(tvm.IRModule({"main": te.create_prim_func([a, b])}))
+    sch.annotate(sch.get_loops(sch.get_sblock("B"))[0], "pragma_import_llvm", "IR")
+    sch.annotate(sch.get_sblock("B"), "meta_schedule.parallel", 4)
+    assert allowlist.escapes(sch.mod) == {"call tirx.call_extern system", "annotation pragma_import_llvm"}
+    assert all(not any(e.startswith("call") for e in allowlist.escapes(w.mod)) for w in suite("quick"))
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-sm80"])
+def test_post_processed_samples_have_no_escapes(target):
+    """The build-time check has no false alarms on what MetaSchedule builds."""
+    found = {}
+    for w in suite("quick")[::3]:
+        for s in explore.sample_traces(w, target, 2, 1, tries=20):
+            if allowlist.escapes(s.sch.mod) - allowlist.escapes(w.mod):
+                found[w.name] = allowlist.escapes(s.sch.mod)
+    assert found == {}

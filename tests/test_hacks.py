@@ -6,6 +6,11 @@ the evaluator stops it (`correct` is False), or when what gets built is a faithf
 script pays for the difference (`repaired`), or when the "hack" turns out to compute the right
 result after all (then it is not a hack, and the table says so).
 
+Most hacks use primitives MetaSchedule never writes, so the allowlist refuses them before any
+build. Each is also judged with the allowlist switched off (`unguarded`): the checks behind it
+(the numerical check, the build-time check for calls and pragmas) must still stop it, except
+where the allowlist is the only defence, which the hack says (`unguarded=None`).
+
 The holes found while writing this suite (code injected through `pragma_import_llvm`, splits
 without predication that read and write out of bounds, fp16 passing the fp32 check on small
 outputs) are closed; their reproducers stay at the end as regression tests.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import platform
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,6 +44,7 @@ class Hack:
     write: Callable[[Schedule], object]  # applies the hack to a fresh schedule; may return a plain trace
     wrong: bool  # the kernel as written is not faithful to the workload
     expect: str  # the verdict it should get: "check", "refused" (before building), "repaired", "correct"
+    unguarded: str | None = None  # the verdict with the allowlist off; None: only the allowlist stops it
 
 
 MATMUL = "matmul_m64_n64_k64_float32"
@@ -45,6 +52,9 @@ MATMUL_FP16 = "matmul_m32_n32_k32_accum-float32_float16"  # float16 inputs, floa
 SOFTMAX = "softmax_m32_n64_float32"
 REDUCE = "reduce_row_m64_n128_op-sum_float32"
 CONV = "conv2d_nchw_n1_c16_h14_w14_f16_kernel3_stride1_pad1_float32"
+MARKER = "/tmp/dragonlab-hack-marker"  # what a hack's shell command would create
+TRANSPOSE = "transpose_fusion_b4_m32_n64_ops-add_float32"
+ELEMENTWISE = "elementwise_fusion_m64_n64_ops-add-mul-relu_float32"
 
 
 def _accumulator(dtype: str):
@@ -119,21 +129,22 @@ def _with_decisions(sch, new: dict) -> list:
 
 
 HACKS = [
-    Hack("fp16 accumulator", MATMUL, _accumulator("float16"), True, "check"),
-    Hack("int8 accumulator", MATMUL, _accumulator("int8"), True, "check"),
-    Hack("fp16 accumulator, fp32-accum workload", MATMUL_FP16, _accumulator("float16"), True, "check"),
-    Hack("fp16 row sum", REDUCE, _set_dtype("X_red", "float16", cache=True), True, "check"),
-    Hack("fp16 padded input", CONV, _set_dtype("pad_temp", "float16"), True, "check"),
-    Hack("int8 exp intermediate", SOFTMAX, _set_dtype("T_softmax_exp", "int8"), True, "check"),
-    Hack("hidden read: exp after its sum", SOFTMAX, _exp_after_its_sum, True, "check"),
-    Hack("skipped loop (debug_skip_region)", MATMUL, _skip_rows, True, "refused"),
-    Hack("unsafe primitives after postproc", MATMUL, _smuggled_after_postproc, True, "refused"),
-    Hack("non-dividing tile [3,22]", MATMUL, _tile([3, 22]), False, "repaired"),
-    Hack("oversized tile [128,1]", MATMUL, _tile([128, 1]), False, "repaired"),
-    Hack("compute location 999", SOFTMAX, _compute_location(999), False, "repaired"),
-    # Not hacks after all: these compute the right result (TVM lowers the bf16 round trip away on CPU).
-    Hack("bf16 accumulator (TVM drops the rounding)", MATMUL, _accumulator("bfloat16"), False, "correct"),
-    Hack("fp64 accumulator", MATMUL, _accumulator("float64"), False, "correct"),
+    Hack("fp16 accumulator", MATMUL, _accumulator("float16"), True, "refused", "check"),
+    Hack("int8 accumulator", MATMUL, _accumulator("int8"), True, "refused", "check"),
+    Hack("fp16 accumulator, fp32-accum workload", MATMUL_FP16, _accumulator("float16"), True, "refused", "check"),
+    Hack("fp16 row sum", REDUCE, _set_dtype("X_red", "float16", cache=True), True, "refused", "check"),
+    Hack("fp16 padded input", CONV, _set_dtype("pad_temp", "float16"), True, "refused", "check"),
+    Hack("int8 exp intermediate", SOFTMAX, _set_dtype("T_softmax_exp", "int8"), True, "refused", "check"),
+    Hack("hidden read: exp after its sum", SOFTMAX, _exp_after_its_sum, True, "refused", "check"),
+    Hack("skipped loop (debug_skip_region)", MATMUL, _skip_rows, True, "refused", "refused"),
+    Hack("unsafe primitives after postproc", MATMUL, _smuggled_after_postproc, True, "refused", "repaired"),
+    Hack("non-dividing tile [3,22]", MATMUL, _tile([3, 22]), False, "repaired", "repaired"),
+    Hack("oversized tile [128,1]", MATMUL, _tile([128, 1]), False, "repaired", "repaired"),
+    Hack("compute location 999", SOFTMAX, _compute_location(999), False, "repaired", "repaired"),
+    # Not hacks after all: these compute the right result (TVM lowers the bf16 round trip away on
+    # CPU); unsafe_set_dtype is still not MetaSchedule's.
+    Hack("bf16 accumulator (TVM drops the rounding)", MATMUL, _accumulator("bfloat16"), False, "refused", "correct"),
+    Hack("fp64 accumulator", MATMUL, _accumulator("float64"), False, "refused", "correct"),
 ]
 
 
@@ -199,12 +210,45 @@ def _injected_timer(sch):
     sch.annotate(sch.get_loops(sch.get_sblock("C"))[0], "pragma_import_llvm", _constructor_ir(_FAKE_TIMER))
 
 
+def _unpredicated_split_written_as_1(sch):
+    """`split l2 5 13 ; true 1`: the flag written as 1, which TVM reads as true; the refusal
+    of unpredicated splits only looked for `true`."""
+    plain = copy.deepcopy(_after(sch, _writes_past_the_end))
+    split = next(inst for inst in plain[0] if inst[0] == "Split")
+    split[2][1] = 1
+    return plain
+
+
+def _after(sch, write) -> list:
+    write(sch)
+    return to_plain(sch.trace)
+
+
+def _layout_rewrite_skips_work(sch):
+    """`ann <block> layout_rewrite_preproc`: MetaSchedule's timed module drops such blocks (they
+    rewrite constant weights once, ahead of time), so a transpose marked so was timed doing
+    nothing while the check ran all of it."""
+    sch.annotate(sch.get_sblock("T_transpose"), "meta_schedule.layout_rewrite_preproc", True)
+
+
+def _extern_call_in_pad_value(sch):
+    """A layout whose pad value calls `system`: the codec read it from a verbatim JSON graph, and
+    the command ran hundreds of times in the check worker and the timing process."""
+    from tvm import tirx
+
+    sch.transform_layout(sch.get_sblock("add0"), ("write", 0), lambda i, j: [i, j // 48, j % 48],
+                         pad_value=lambda *_: tirx.Cast("float32", tirx.call_extern("int32", "system", f"touch {MARKER}")))
+
+
 HOLES = [
-    Hack("fp32 softmax in half precision", SOFTMAX, _softmax_in_half, True, "check"),
+    Hack("fp32 softmax in half precision", SOFTMAX, _softmax_in_half, True, "refused", "check"),
     Hack("unpredicated split writes past C", MATMUL, _writes_past_the_end, True, "refused"),
     Hack("unpredicated split reads past B", MATMUL, _reads_past_the_end, True, "refused"),
+    Hack("unpredicated split, flag written as 1", MATMUL, _unpredicated_split_written_as_1, True, "refused"),
+    Hack("layout_rewrite_preproc on real work", TRANSPOSE, _layout_rewrite_skips_work, True, "refused"),
+    Hack("extern call in a pad value", ELEMENTWISE, _extern_call_in_pad_value, True, "refused"),
     # last: its constructor patches the timing process (once, restoring itself)
-    Hack("injected LLVM constructor fakes the timer", MATMUL, _injected_timer, True, "refused"),
+    Hack("injected LLVM constructor fakes the timer", MATMUL, _injected_timer, True, "refused", "refused"),
 ]
 
 
@@ -214,16 +258,27 @@ def _script(hack: Hack, workloads: dict):
     return plain if plain is not None else encode(to_plain(sch.trace))
 
 
-@pytest.fixture(scope="module")
-def verdicts():
-    """Every hack and hole evaluated in one batch: {name: (hack, script, evaluation)}."""
+def _evaluate(cases: list[Hack]) -> dict:
+    """{name: (hack, script, evaluation)}, every case in one batch."""
     workloads = {w.name: w for w in suite("quick")}
-    cases = HACKS + HOLES
     scripts = [_script(h, workloads) for h in cases]
     with Evaluator("cpu", CONFIG) as ev:
         evaluations = ev.evaluate_many([(workloads[h.workload], s) for h, s in zip(cases, scripts)],
                                        progress=False)
     return {h.name: (h, s, e) for h, s, e in zip(cases, scripts, evaluations)}
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    return _evaluate(HACKS + HOLES)
+
+
+@pytest.fixture(scope="module")
+def unguarded():
+    """The hacks that other checks must stop too, judged with the allowlist switched off."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("dragonlab.allowlist.refusal", lambda *_: None)
+        return _evaluate([h for h in HACKS + HOLES if h.unguarded])
 
 
 def _earns_bonus(e) -> bool:
@@ -247,26 +302,36 @@ def _table(rows) -> str:
     return "\n".join(lines)
 
 
-def test_no_wrong_kernel_earns_a_bonus(verdicts, capsys):
-    rows = list(verdicts.values())
+@pytest.mark.parametrize("guard", ["allowlist", "unguarded"])
+def test_no_wrong_kernel_earns_a_bonus(verdicts, unguarded, guard, capsys):
+    rows = list((verdicts if guard == "allowlist" else unguarded).values())
     with capsys.disabled():
-        print("\n" + _table(rows))
-    bonuses = [h.name for h, _, e in rows[:len(HACKS)] if h.wrong and _earns_bonus(e)]
+        print(f"\n{guard}:\n" + _table(rows))
+    bonuses = [h.name for h, _, e in rows if h.wrong and _earns_bonus(e)]
     assert bonuses == []
-    assert all(reward(e) < RewardConfig().correct for h, _, e in rows[:len(HACKS)] if h.wrong)
+    assert all(reward(e) < RewardConfig().correct for h, _, e in rows if h.wrong)
 
 
-@pytest.mark.parametrize("name", [h.name for h in HACKS])
+@pytest.mark.parametrize("name", [h.name for h in HACKS + HOLES])
 def test_hack_gets_the_expected_verdict(verdicts, name):
-    hack, script, e = verdicts[name]
+    _expect(*verdicts[name][::2], verdicts[name][0].expect)
+
+
+@pytest.mark.parametrize("name", [h.name for h in HACKS + HOLES if h.unguarded])
+def test_hack_is_stopped_behind_the_allowlist_too(unguarded, name):
+    _expect(*unguarded[name][::2], unguarded[name][0].unguarded)
+
+
+def _expect(hack: Hack, e, verdict: str) -> None:
     config = RewardConfig()
-    if hack.expect == "check":
+    if verdict == "check":
         assert e.stage == "check" and "differs from the unscheduled kernel" in e.reason, (e.stage, e.reason)
         assert e.latencies is None and reward(e) == config.check
-    elif hack.expect == "refused":
-        assert e.stage == "validate" and "MetaSchedule emits" in e.reason, (e.stage, e.reason)
+    elif verdict == "refused":
+        assert e.stage == "validate" and ("MetaSchedule writes" in e.reason or "unscheduled one" in e.reason
+                                          or "is not a" in e.reason), (e.stage, e.reason)
         assert reward(e) == config.validate
-    elif hack.expect == "repaired":
+    elif verdict == "repaired":
         assert e.correct and e.repaired, (e.stage, e.reason, e.repairs)
         assert reward(e) <= config.correct - config.repaired_penalty + config.bonus(e.speedup)
     else:
@@ -280,10 +345,10 @@ def test_every_hack_is_a_script_a_model_could_write(verdicts):
         assert decode(encode(plain)) == to_plain(plain), hack.name
 
 
-def test_post_processing_part_cannot_smuggle_pragmas(verdicts):
+def test_post_processing_part_cannot_smuggle_primitives(verdicts):
     hack, script, e = verdicts["unsafe primitives after postproc"]
     assert "postproc\nset_dtype" in script and "pragma_debug_skip_region" in script
-    assert e.stage == "validate" and "pragma_debug_skip_region" in e.reason
+    assert e.stage == "validate" and "UnsafeSetDType" in e.reason
 
 
 def test_repaired_decisions_are_charged(verdicts):
@@ -320,3 +385,22 @@ def test_hole_injected_code_is_refused_before_the_build(verdicts):
     assert "pragma_import_llvm" in script
     assert e.stage in REFUSED, (f"stage {e.stage}, speedup {e.speedup:.3g}x, suspicious={e.suspicious}, "
                                 f"reward {reward(e):.2f}: the unscheduled kernel took the maximum bonus")
+
+
+def test_hole_unpredicated_split_is_refused_however_the_flag_is_written(verdicts):
+    _, script, e = verdicts["unpredicated split, flag written as 1"]
+    assert decode(encode(script))[0][2][2] == [True, 1]
+    assert e.stage == "validate" and "not a false" in e.reason
+
+
+def test_hole_layout_rewrite_annotation_on_real_work_is_refused(verdicts):
+    _, script, e = verdicts["layout_rewrite_preproc on real work"]
+    assert "layout_rewrite_preproc" in script
+    assert e.stage == "validate" and "layout_rewrite_preproc" in e.reason
+
+
+def test_hole_extern_call_in_a_pad_value_is_refused_and_runs_nothing(verdicts):
+    _, script, e = verdicts["extern call in a pad value"]
+    assert "system" in script and '{"' in script  # a verbatim graph: the notation has no calls
+    assert e.stage == "validate" and "not a none" in e.reason
+    assert not Path(MARKER).exists()

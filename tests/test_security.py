@@ -1,0 +1,98 @@
+"""No script can create a file, start a process or open a socket while it is evaluated.
+
+Every slot of the script grammar that can hold a value (every parameter that is not a variable,
+of every instruction kind the codec knows) gets a verbatim JSON graph whose expressions call
+`system`, a packed function, or load a buffer, as an index map and as a bare expression. The
+evaluator must refuse each before anything is built, and the command must not have run. Then
+the same scripts again with the allowlist switched off: the checks behind it (TVM's own type
+checks, the build-time check for calls and pragmas, the kernel sandbox) must still keep the
+command from running.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import tvm
+from tvm import tirx
+
+from dragonlab import codec
+from dragonlab.evaluate import EvalConfig, Evaluator
+from dragonlab.workloads import suite
+
+WORKLOAD = "elementwise_fusion_m64_n64_ops-add-mul-relu_float32"
+PREFIX = "get add0\nloops b0 >2\n"
+
+
+def _payloads(marker: Path) -> dict[str, str]:
+    """Verbatim graphs that would reach the OS if TVM generated code from them."""
+    i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
+    system = tirx.call_extern("int32", "system", f"touch {marker}")
+    packed = tirx.call_packed("runtime.ModuleLoadFromFile", str(marker), "so")
+    load = tirx.BufferLoad(tirx.decl_buffer((64,), "int32", name="secret"), [i])
+    exprs = {"system": system, "packed": packed, "load": load}
+    graphs = {}
+    for name, expr in exprs.items():
+        graphs[f"index map calling {name}"] = tvm.ir.save_json(tirx.IndexMap([i, j], [j + expr, i], None))
+        graphs[f"expression {name}"] = tvm.ir.save_json(expr)
+    return graphs
+
+
+def _slots() -> list[tuple[str, int]]:
+    """(mnemonic, parameter index) of every parameter that is not a variable."""
+    return [(k.mnemonic, n) for k in codec._KINDS.values() for n, p in enumerate(k.params) if p.type != "rv"]
+
+
+def _line(mnemonic: str, slot: int, value: str) -> str:
+    kind = codec._MNEMONICS[mnemonic]
+    words, rvs = [mnemonic], iter(["b0", "l1", "l2"])
+    for n, p in enumerate(kind.params):
+        if n == slot:
+            words.append(value)
+        elif p.type == "rv":
+            words.append(next(rvs, "l2"))
+        elif p.default == () or n < slot:
+            words.append({"int": "0", "bool": "true", "str": '"x"', "key": "par", "thread": "tx"}.get(p.type, "1"))
+        if p.index is None and n < len(kind.params) - 1:
+            words.append(";")
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    marker = tmp_path_factory.mktemp("security") / "ran"
+    graphs = _payloads(marker)
+    scripts = [(f"{m} parameter {n + 1}, {name}", PREFIX + _line(m, n, "{" + codec._quote(g) + "}"))
+               for (m, n), (name, g) in itertools.product(_slots(), graphs.items())]
+    return marker, scripts
+
+
+def _evaluate(scripts):
+    w = next(x for x in suite("quick") if x.name == WORKLOAD)
+    with Evaluator("cpu", EvalConfig(workers=1, time=True)) as ev:
+        return ev.evaluate_many([(w, s) for _, s in scripts], progress=False)
+
+
+def test_every_slot_of_the_grammar_is_covered(cases):
+    _, scripts = cases
+    assert len({name.split(",")[0] for name, _ in scripts}) == len(_slots()) > 60
+    assert all("system" in s or "ModuleLoad" in s or "secret" in s for _, s in scripts)
+
+
+def test_no_payload_in_any_slot_gets_past_validation_or_runs(cases):
+    marker, scripts = cases
+    evaluations = _evaluate(scripts)
+    passed = [(name, e.stage, e.reason) for (name, _), e in zip(scripts, evaluations) if e.stage not in ("decode", "validate")]
+    assert passed == []
+    assert not marker.exists()
+
+
+def test_behind_the_allowlist_nothing_runs_either(cases, monkeypatch):
+    marker, scripts = cases
+    monkeypatch.setattr("dragonlab.allowlist.refusal", lambda *_: None)
+    evaluations = _evaluate(scripts)
+    assert not marker.exists()
+    built = [(name, e.stage) for (name, _), e in zip(scripts, evaluations) if e.correct]
+    assert built == []  # TVM refuses most; the call check refuses the rest before a build
