@@ -307,6 +307,43 @@ def test_oversized_and_absurd_input_is_rejected():
             codec.decode(text)
 
 
+@pytest.mark.parametrize("text, limit", [
+    ("get C\nlayout b0 {i->" + "(" * 2000 + "i" + ")" * 2000 + "} 0 1", "nested too deeply"),
+    ("get C\nlayout b0 {i->" + "+".join(["i"] * 2000) + "} 0 1", "nested too deeply"),
+    ("get C\nlayout b0 {i->" + ",".join(["i+1"] * 300) + "} 0 1", "more than 256 operations"),
+    ("get C\nlayout b0 {" + "->|" * 2000 + "->} 0 1", "index maps nested too deeply"),
+    ("get C\nann b0 k " + "[" * 2000 + "]" * 2000, "nested too deeply"),
+    ("get C\n" + "loops b0 >1024\n" * 10_000, "more than 4096 lines"),
+    ("get C\n" + "loops b0 >1024\n" * 17, "more than 16384 variables"),
+    ("get C\nloops b0 >3\nreorder " + " ".join(["l1"] * 40_000), "longer than 65536"),
+])
+def test_decoding_is_bounded_and_says_which_bound(text, limit):
+    """A bound is a ScriptSyntaxError naming it, from decode, check_prefix and LineReader alike;
+    never a RecursionError, never gigabytes (10,000 `loops b0 >1024` lines took 1.5 GB and 9 s)."""
+    import time
+
+    start = time.perf_counter()
+    for check in (codec.decode, codec.check_prefix):
+        with pytest.raises(ScriptSyntaxError, match=limit):
+            check(text)
+    reader = codec.LineReader(("b0", "l1"), 2)
+    for line in text.split("\n"):
+        try:
+            inst = reader.read(line, open_end=False)
+            reader.commit(inst[0])
+        except ScriptSyntaxError:
+            break
+    assert time.perf_counter() - start < 5
+
+
+def test_deeply_nested_trace_json_is_a_format_error():
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(TraceFormatError, match="nested more than"):
+        codec.to_plain([[["GetSBlock", [], ["C", "main"], ["b0"]], ["Annotate", ["b0", deep], ["k"], []]], []])
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=80) | st.binary(max_size=80).map(lambda b: b.decode("latin-1")))
 def test_garbage_is_a_syntax_error_never_a_crash(text):
