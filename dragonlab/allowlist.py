@@ -70,8 +70,14 @@ _KINDS = {
     "PadEinsum": (None, ("block",), ("paddings",)),
     "EnterPostproc": (None, (), ()),
 }
-# The cuda-only kinds: an llvm kernel has no threads or GPU memory scopes to bind.
-_GPU_ONLY = {"Bind", "SetScope", "StorageAlign"}
+# The cuda-only kinds: an llvm kernel has no threads or GPU memory scopes to bind, and the plain
+# llvm rules tensorize nothing (a Tensorize there would also import TVM's 248 tensor intrinsics,
+# 20-60 s, in the worker that applies it).
+_GPU_ONLY = {"Bind", "SetScope", "StorageAlign", "Tensorize"}
+_GPU_ONLY_KEYS = {"meta_schedule.auto_tensorize", "meta_schedule.auto_tensorize_init"}
+# The longest variable-length input lists (MetaSchedule: a split into 5 factors, a reorder of 26
+# loops); TVM takes minutes over a split into 1,024 factors.
+_MOST = {"Split": 8, "Fuse": 64, "Reorder": 64}
 SCOPES = frozenset({"global", "local", "shared", "shared.dyn", "wmma.matrix_a", "wmma.matrix_b",
                     "wmma.accumulator"})
 THREADS = frozenset(f"{t}.{axis}" for t in ("blockIdx", "threadIdx", "vthread") for axis in "xyz")
@@ -114,9 +120,11 @@ def refusal(plain: list, target_kind: str = "llvm") -> str | None:
         if spec is None or (kind in _GPU_ONLY and target_kind != "cuda"):
             return f"instruction {i}: {kind} is not an instruction MetaSchedule writes for {target_kind}"
         output_type, input_slots, attr_slots = spec
+        if len(inputs) > _MOST.get(kind, len(inputs)) + (kind == "Split"):
+            return f"instruction {i} ({kind}): more than {_MOST[kind]} {'factors' if kind == 'Split' else 'loops'}"
         why = (_slots(inputs, input_slots, types, after_postproc, "input")
                or _slots(attrs, attr_slots, types, after_postproc, "attribute")
-               or _annotation(kind, inputs, attrs, types, after_postproc))
+               or _annotation(kind, inputs, attrs, types, after_postproc, target_kind))
         if why:
             return f"instruction {i} ({kind}): {why}"
         if output_type is None and outputs:
@@ -195,11 +203,13 @@ def _fits(v, slot: str, types: dict) -> bool:
     raise AssertionError(f"unknown slot type {slot}")
 
 
-def _annotation(kind: str, inputs: list, attrs: list, types: dict, after_postproc: bool) -> str | None:
+def _annotation(kind: str, inputs: list, attrs: list, types: dict, after_postproc: bool,
+                target_kind: str) -> str | None:
     if kind not in ("Annotate", "Unannotate"):
         return None
     key = attrs[0]
-    allowed = {**ANNOTATIONS, **(POSTPROC_ANNOTATIONS if after_postproc else {})}
+    allowed = {k: v for k, v in {**ANNOTATIONS, **(POSTPROC_ANNOTATIONS if after_postproc else {})}.items()
+               if target_kind == "cuda" or k not in _GPU_ONLY_KEYS}
     if kind == "Unannotate" and key in UNANNOTATED:
         return None
     if key not in allowed:

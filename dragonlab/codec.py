@@ -412,14 +412,18 @@ def design_part(plain: list) -> list:
     return [insts[:cut], [d for d in decisions if d[0] < cut]]
 
 
-def decode(text: str) -> list:
-    """The plain JSON form `[insts, decisions]` of a script; raises ScriptSyntaxError."""
-    return _Parser(text).run()
+def decode(text: str, *, verbatim: bool = True) -> list:
+    """The plain JSON form `[insts, decisions]` of a script; raises ScriptSyntaxError.
+
+    `verbatim=False` refuses index maps written as verbatim JSON graphs (`{"..."}`), the form the
+    encoder keeps for graphs the readable notation cannot regenerate (another TVM version's):
+    text from a model has only the readable notation, arithmetic and nothing else."""
+    return _Parser(text, verbatim=verbatim).run()
 
 
-def check_prefix(text: str) -> None:
+def check_prefix(text: str, *, verbatim: bool = True) -> None:
     """Raise ScriptSyntaxError unless `text` can still be continued into a valid script."""
-    _Parser(text, prefix=True).run()
+    _Parser(text, prefix=True, verbatim=verbatim).run()
 
 
 def apply(script_or_plain, mod, *, seed: int = 1):
@@ -457,7 +461,7 @@ class _Parser(indexmap.MapReader):
     word. Everything before the cut is checked as strictly as in a full script.
     """
 
-    def __init__(self, text: str, prefix: bool = False):
+    def __init__(self, text: str, prefix: bool = False, verbatim: bool = True):
         if not isinstance(text, str):
             raise ScriptSyntaxError(f"a script is text, not {type(text).__name__}", 1, 1)
         if len(text) > MAX_SCRIPT_CHARS:
@@ -468,6 +472,7 @@ class _Parser(indexmap.MapReader):
         if len(self.lines) > MAX_LINES:
             raise ScriptSyntaxError(f"script has more than {MAX_LINES} lines", MAX_LINES + 1, 1)
         self.prefix, self.line, self.pos, self.lineno, self.open_end = prefix, text, 0, 1, False
+        self.verbatim = verbatim
         self.defined, self.outputs, self.free, self.labels, self.scope = set(), 0, {}, {}, {}
         self._start_line()
 

@@ -168,7 +168,7 @@ class Evaluator:
         plains: dict[tuple, list] = {}
         for i, (w, script) in enumerate(items):
             try:
-                plain = decode(script) if isinstance(script, str) else to_plain(script)
+                plain = decode(script, verbatim=False) if isinstance(script, str) else to_plain(script)
             except CodecError as e:
                 results[i] = Evaluation(w.key, self.target.name, "decode", _one_line(e))
                 continue

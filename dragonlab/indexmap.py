@@ -43,13 +43,15 @@ class MapReader:
     """The index-map productions of the script grammar (`imap`, `map`, `expr`, ...).
 
     A mixin: the codec's parser supplies the reading of characters (`line`, `pos`, `_peek`,
-    `_expect`, `_fail`, `_error`, `_number`, `_string`, `_word`) and the state `free`, `labels`
-    and `scope`.
+    `_expect`, `_fail`, `_error`, `_number`, `_string`, `_word`), the state `free`, `labels`
+    and `scope`, and `verbatim` (whether `{"graph"}` may be read).
     """
 
     def _imap(self, pretty: bool) -> str:
         """`{binders->exprs[|inverse]}`, or verbatim `{"graph"}`; returns TVM's JSON graph string."""
         self._expect("{", "'{'")
+        if self._peek() == '"' and not self.verbatim:
+            self._error("verbatim index maps are not accepted here; write the map as {i,j->...}")
         if self._peek() == '"':
             start, graph = self.pos, self._string()
             if not (graph[:1] == "{" and graph[-1:] == "}"):

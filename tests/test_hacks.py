@@ -328,9 +328,10 @@ def _expect(hack: Hack, e, verdict: str) -> None:
         assert e.stage == "check" and "differs from the unscheduled kernel" in e.reason, (e.stage, e.reason)
         assert e.latencies is None and reward(e) == config.check
     elif verdict == "refused":
-        assert e.stage == "validate" and ("MetaSchedule writes" in e.reason or "unscheduled one" in e.reason
-                                          or "is not a" in e.reason), (e.stage, e.reason)
-        assert reward(e) == config.validate
+        assert (e.stage == "validate" and ("MetaSchedule writes" in e.reason or "unscheduled one" in e.reason
+                                           or "is not a" in e.reason)
+                or e.stage == "decode" and "verbatim" in e.reason), (e.stage, e.reason)
+        assert reward(e) == (config.validate if e.stage == "validate" else config.decode)
     elif verdict == "repaired":
         assert e.correct and e.repaired, (e.stage, e.reason, e.repairs)
         assert reward(e) <= config.correct - config.repaired_penalty + config.bonus(e.speedup)
@@ -402,5 +403,9 @@ def test_hole_layout_rewrite_annotation_on_real_work_is_refused(verdicts):
 def test_hole_extern_call_in_a_pad_value_is_refused_and_runs_nothing(verdicts):
     _, script, e = verdicts["extern call in a pad value"]
     assert "system" in script and '{"' in script  # a verbatim graph: the notation has no calls
+    assert e.stage == "decode" and "verbatim index maps are not accepted" in e.reason
+    with Evaluator("cpu", CONFIG) as ev:  # the same trace from a tuning log, not as text
+        w = next(x for x in suite("quick") if x.name == ELEMENTWISE)
+        e = ev.evaluate(w, decode(script))
     assert e.stage == "validate" and "not a none" in e.reason
     assert not Path(MARKER).exists()

@@ -99,3 +99,27 @@ def test_progress_bars_honour_tqdm_disable(monkeypatch):
     assert progress_bar(range(3), progress=False).disable
     monkeypatch.setenv("TQDM_DISABLE", "1")  # what batch runs set: wins over progress=True
     assert progress_bar(range(3), progress=True).disable
+
+
+def test_a_result_that_is_not_json_data_is_an_error():
+    w = Worker()
+    try:
+        with pytest.raises(RemoteError, match="not JSON data"):
+            w.call(worker_jobs.return_object)
+        assert w.call(worker_jobs.echo, 3) == 3
+    finally:
+        w.close()
+
+
+def test_a_pickle_forged_on_the_pipe_is_never_unpickled(tmp_path):
+    """Answers are JSON: a process that ran untrusted code cannot make the parent construct
+    objects (a pickled object's __reduce__ would run `touch` here)."""
+    marker = tmp_path / "unpickled"
+    w = Worker(Limits(timeout_sec=30))
+    try:
+        with pytest.raises(WorkerCrashed, match="malformed data"):
+            w.call(worker_jobs.forge_pickled_result, str(marker))
+        assert not marker.exists()
+        assert w.call(worker_jobs.echo, 4) == 4  # a fresh worker
+    finally:
+        w.close()

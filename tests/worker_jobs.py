@@ -34,3 +34,29 @@ def allocate(gigabytes, *, progress):
 
 def fail(*, progress):
     raise ValueError("bad input at line 3")
+
+
+def return_object(*, progress):
+    return {1, 2}  # a set: not JSON data
+
+
+class _Payload:
+    """Unpickling this runs `touch marker` in whoever unpickles it."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def forge_pickled_result(marker, *, progress):
+    """What a kernel that ran code in its worker could do: write its own answer to the worker's
+    pipe to the parent (fd in argv[2]), framed as multiprocessing does, as a pickle."""
+    import pickle
+    import struct
+    import sys
+
+    payload = pickle.dumps(("result", _Payload(marker)))
+    os.write(int(sys.argv[2]), struct.pack("!i", len(payload)) + payload)
+    time.sleep(60)
