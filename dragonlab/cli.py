@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--target", default="cpu")
     c.add_argument("--workers", type=int, default=None)
+    c.add_argument("--mutations", nargs="+", metavar="NAME", default=None,
+                   help="draw only from these mutations (default: all, the red team's included)")
+    c.add_argument("--red-team", action="store_true", help="draw only from the red-team mutations")
     c.set_defaults(run=_fuzz)
 
     cod = sub.add_parser("codec", help="check the script codec on records; show a record in every form")
@@ -305,11 +308,16 @@ def _fuzz(args) -> int:
     import psutil
 
     from dragonlab.evaluate import STAGES, EvalConfig, Evaluator
-    from dragonlab.fuzz import fuzz, sample_scripts
+    from dragonlab.fuzz import MUTATIONS, fuzz, sample_scripts
+    from dragonlab.redteam import RED_TEAM
     from dragonlab.targets import get_target
     from dragonlab.workloads import suite
 
     _positive("--n", args.n)
+    mutations = RED_TEAM if args.red_team else args.mutations
+    unknown = sorted(set(mutations or ()) - set(MUTATIONS))
+    if unknown:
+        raise ValueError(f"--mutations: unknown {', '.join(unknown)}; choose from {', '.join(MUTATIONS)}")
     target = get_target(args.target)
     quick = {w.family: w for w in reversed(suite("quick"))}  # first of each family
     bases = sample_scripts([quick[f] for f in ("matmul", "conv2d_nchw", "softmax", "reduce_row")],
@@ -317,19 +325,14 @@ def _fuzz(args) -> int:
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     with Evaluator(target, EvalConfig(workers=args.workers, time=False, timeout_sec=30)) as evaluator:
-        report = fuzz(args.n, args.seed, evaluator, bases)
+        report = fuzz(args.n, args.seed, evaluator, bases, mutations=mutations)
     time.sleep(0.5)
     leaked = [p for p in me.children(recursive=True) if p.pid not in before and p.is_running()
               and p.status() != psutil.STATUS_ZOMBIE]
     report.leaked_workers = len(leaked)
-    columns = [*STAGES, "ok"]
-    print(f"{'mutation':20s} " + " ".join(f"{c:>8s}" for c in columns))
-    for name, counts in sorted(report.by_mutation.items()):
-        print(f"{name:20s} " + " ".join(f"{counts.get(c, 0):8d}" for c in columns))
-    print(f"{'all':20s} " + " ".join(f"{report.stages.get(c, 0):8d}" for c in columns))
-    print(f"evaluated: {report.evaluated}, host crashes: {report.host_crashes}, "
-          f"leaked workers: {report.leaked_workers}")
-    return 0 if report.host_crashes == 0 and report.leaked_workers == 0 else 1
+    print(report.table([*STAGES, "ok"]))
+    clean = not (report.host_crashes or report.leaked_workers or report.unrefused or report.marker_touched)
+    return 0 if clean else 1
 
 
 def _load_all(paths: list[Path]) -> tuple[dict, list]:

@@ -6,6 +6,10 @@ or dropped lines, references to variables that do not exist, out-of-range, zero,
 non-dividing and huge decisions, unknown instruction kinds, a duplicated post-processing part,
 and `unsafe_*` primitives. `fuzz` counts the stages they stopped at, host crashes (an exception
 that escaped the evaluator) and worker processes left alive after the evaluator closed.
+
+The red-team mutations (`dragonlab.redteam`, named in `RED_TEAM`) write what an attacker who
+knows the grammar would write; `fuzz` also reports the ones that must be refused and were not,
+and whether injected code ran (it would create `redteam.MARKER`).
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ import random
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dragonlab.progress import progress_bar
 
 from dragonlab.codec import encode
 from dragonlab.explore import sample_traces
+from dragonlab.redteam import MARKER, RED_TEAM, Mutant, red_team_mutation
 from dragonlab.targets import TargetSpec
 from dragonlab.workloads import Workload
 
@@ -118,7 +124,9 @@ def _clean(rng, s):
 
 MUTATIONS = {f.__name__.lstrip("_"): f for f in (
     _random_bytes, _truncate, _swap_lines, _drop_line, _wrong_reference, _decision, _huge_number,
-    _unknown_kind, _duplicate_postproc, _unsafe, _clean)}
+    _unknown_kind, _duplicate_postproc, _unsafe, _clean, *map(red_team_mutation, RED_TEAM))}
+
+_COLUMNS = ("decode", "apply", "validate", "build", "run", "check", "time", "ok")  # evaluate.STAGES, then "ok"
 
 
 @dataclass
@@ -128,35 +136,82 @@ class FuzzReport:
     leaked_workers: int = 0  # worker processes alive after the evaluator closed
     stages: Counter = field(default_factory=Counter)
     by_mutation: dict = field(default_factory=lambda: defaultdict(Counter))
+    by_case: dict = field(default_factory=lambda: defaultdict(Counter))  # "mutation:case" -> stages ("crash" too)
+    crashes: Counter = field(default_factory=Counter)  # "mutation: ExceptionType" -> count
+    unrefused: list = field(default_factory=list)  # (mutation:case, stage, reason): must-refuse, judged correct
+    marker_touched: bool = False  # MARKER exists after the run: injected code ran
+
+    def summary(self) -> str:
+        """The last line `dragonlab fuzz` prints."""
+        return (f"evaluated: {self.evaluated}, host crashes: {self.host_crashes}, "
+                f"leaked workers: {self.leaked_workers}")
+
+    def table(self, columns=_COLUMNS) -> str:
+        """Stages per mutation, as `dragonlab fuzz` prints them; findings; the summary line last."""
+        rows = [f"{'mutation':20s} " + " ".join(f"{c:>8s}" for c in columns)]
+        rows += [f"{name:20s} " + " ".join(f"{counts.get(c, 0):8d}" for c in columns)
+                 for name, counts in sorted(self.by_mutation.items())]
+        rows.append(f"{'all':20s} " + " ".join(f"{self.stages.get(c, 0):8d}" for c in columns))
+        rows += [f"host crash: {what} x{n}" for what, n in sorted(self.crashes.items())]
+        rows += [f"not refused: {case} reached {stage}" for case, stage, _ in self.unrefused]
+        if self.marker_touched:
+            rows.append(f"injected code ran: {MARKER} was created")
+        rows.append(self.summary())
+        return "\n".join(rows)
 
 
-def fuzz(n: int, seed: int, evaluator, bases: list[tuple[Workload, str]], *, chunk: int = 50,
-         progress: bool = True) -> FuzzReport:
-    """Evaluate `n` mutated scripts. The caller closes the evaluator and counts leaks."""
+def make_cases(n: int, seed: int, bases: list[tuple[Workload, str]], mutations=None) -> list[tuple[str, Workload, str]]:
+    """The `n` (mutation, workload, script) triples `fuzz` evaluates: deterministic for a seed."""
+    names = list(MUTATIONS) if mutations is None else list(mutations)
+    unknown = [m for m in names if m not in MUTATIONS]
+    if unknown or not names:
+        raise ValueError(f"unknown mutations {unknown}; choose from {', '.join(MUTATIONS)}")
     rng = random.Random(seed)
-    names = list(MUTATIONS)
     cases = []
     for _ in range(n):
         w, script = rng.choice(bases)
         name = rng.choice(names)
         cases.append((name, w, MUTATIONS[name](rng, script)))
+    return cases
+
+
+def fuzz(n: int, seed: int, evaluator, bases: list[tuple[Workload, str]], *, chunk: int = 50,
+         progress: bool = True, mutations=None) -> FuzzReport:
+    """Evaluate `n` mutated scripts. The caller closes the evaluator and counts leaks.
+
+    `mutations`: names of MUTATIONS to draw from (default all; `RED_TEAM` for the red team).
+    Any exception escaping the evaluator is a host crash, RecursionError and MemoryError included
+    (both are Exceptions): a chunk that raises is evaluated again item by item to find which."""
+    cases = make_cases(n, seed, bases, mutations)
+    Path(MARKER).unlink(missing_ok=True)
     report = FuzzReport()
     for start in progress_bar(range(0, n, chunk), progress=progress, unit="chunk"):
         batch = cases[start:start + chunk]
         try:
-            results = evaluator.evaluate_many([(w, s) for _, w, s in batch], progress=False)
+            results = list(evaluator.evaluate_many([(w, s) for _, w, s in batch], progress=False))
+            if len(results) != len(batch):
+                raise RuntimeError(f"evaluate_many returned {len(results)} results for {len(batch)} scripts")
         except Exception:  # find which items escape, one by one
             results = []
             for _, w, s in batch:
                 try:
                     results.append(evaluator.evaluate(w, s))
-                except Exception:
-                    results.append(None)
-        for (name, _, _), e in zip(batch, results):
+                except Exception as e:
+                    results.append(e)
+        for (name, _, script), e in zip(batch, results):
             report.evaluated += 1
-            if e is None:
+            case = f"{name}:{script.case}" if isinstance(script, Mutant) else None
+            if not hasattr(e, "stage"):
                 report.host_crashes += 1
+                report.crashes[f"{name}: {type(e).__name__ if isinstance(e, BaseException) else 'no Evaluation'}"] += 1
+                if case:
+                    report.by_case[case]["crash"] += 1
                 continue
             report.stages[e.stage] += 1
             report.by_mutation[name][e.stage] += 1
+            if case:
+                report.by_case[case][e.stage] += 1
+                if script.refuse and e.stage in ("time", "ok"):
+                    report.unrefused.append((case, e.stage, e.reason))
+    report.marker_touched = Path(MARKER).exists()
     return report
