@@ -1,0 +1,66 @@
+"""What every benchmark here does before it prints a ratio: say which machine, refuse a busy one,
+and print a ratio only over equal work.
+
+A ratio against a baseline that failed measures the baseline's breakage, not our speed: on a
+loaded 2-core machine MetaSchedule's LocalBuilder timed out on every candidate (each fresh build
+process first imports TVM's tensor intrinsics, 16-22 s idle) and a benchmark divided by it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import sys
+
+import psutil
+
+BUSY_CORES = 0.25  # CPU other processes may use while a benchmark runs, in cores
+
+
+def machine(allow_contended: bool) -> bool:
+    """Print the machine and its load; exit 3 on a busy machine unless `allow_contended`, in which
+    case the figures are marked contended. Returns whether the machine was idle."""
+    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")),
+                 platform.processor() or platform.machine())
+    busy = psutil.cpu_percent(interval=2.0) / 100 * (psutil.cpu_count() or 1)
+    print(f"machine: {model}, {psutil.cpu_count(logical=False)} cores ({psutil.cpu_count()} threads), "
+          f"{psutil.virtual_memory().total / 2**30:.0f} GiB; {datetime.date.today()}; "
+          f"other processes used {busy:.2f} cores over 2 s", flush=True)
+    if busy <= BUSY_CORES:
+        return True
+    message = (f"the machine is busy ({busy:.2f} cores in use by other processes, more than {BUSY_CORES}): "
+               "both sides would be slowed unevenly")
+    if not allow_contended:
+        print(f"refused: {message}; stop the other jobs or pass --allow-contended", file=sys.stderr)
+        sys.exit(3)
+    print(f"CONTENDED: {message}; the figures below are not comparable with idle runs", flush=True)
+    return False
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def refuse_unequal(what: str, first_error: str | None) -> int:
+    """Say that the two sides did not do the same work, and return the exit status (1)."""
+    print(f"no ratio: {what}" + (f"; first error: {first_error}" if first_error else ""), flush=True)
+    return 1
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--allow-contended", action="store_true",
+                        help="run on a busy machine and mark the figures contended")
+    parser.add_argument("--baseline-build-timeout", type=float, default=None,
+                        help="the baseline's build limit in seconds on its first try (default: its usual one)")
+    parser.add_argument("--retry-build-timeout", type=float, default=300.0,
+                        help="the baseline's build limit when it is tried again: long enough for each fresh "
+                             "build process's import of TVM's tensor intrinsics")
+
+
+def environment_note() -> str:
+    return f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
