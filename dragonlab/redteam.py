@@ -464,7 +464,9 @@ def _deep_nesting() -> list[Case]:
         cases.append(Case(f"inverse_chain{n}", True, in_map(lambda n=n: "{" + _repeat("->|", n) + "->}")))
         cases.append(Case(f"inverse_chain_vars{n}", True, in_map(lambda n=n: "{" + _repeat("i->i|", n) + "i->i}")))
     cases.append(Case("label_over_64_bits", True, in_map(lambda: "{i->i@99999999999999999999,@99999999999999999999}")))
-    cases.append(Case("label_1e18", True, in_map(lambda: "{i->i@1000000000000000000,@1000000000000000000}")))
+    # A label is only a name for a shared node: a large one is still the map {i->i,i}, which is
+    # plain arithmetic, so it may pass.
+    cases.append(Case("label_1e18", False, in_map(lambda: "{i->i@1000000000000000000,@1000000000000000000}")))
     return cases
 
 
