@@ -316,7 +316,9 @@ def escapes(mod) -> set[str]:
     return found
 
 
-_KNOWN_KEYS = frozenset(ANNOTATIONS) | frozenset(POSTPROC_ANNOTATIONS) | UNANNOTATED
+# Annotation keys that allowed primitives write themselves: StorageAlign records its alignment
+# as `buffer_dim_align` on the block.
+_KNOWN_KEYS = frozenset(ANNOTATIONS) | frozenset(POSTPROC_ANNOTATIONS) | UNANNOTATED | {"buffer_dim_align"}
 
 
 def known_crash(plain: list) -> str | None:

@@ -206,7 +206,8 @@ def _same(a, b) -> bool:
     return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
 
 
-def _quote(s: str) -> str:
+def quote(s: str) -> str:
+    """A string literal of the script grammar (JSON-like escapes, lower-case \\u hex)."""
     out = []
     for ch in s:
         if ch in '"\\':
@@ -254,7 +255,7 @@ def to_plain(trace_or_json) -> list:
     return [insts, decisions]
 
 
-def _plain(o, depth: int):
+def _plain(o, depth: int = 0):
     if o is None or isinstance(o, (bool, int, float)):
         return o
     if isinstance(o, str):
@@ -367,7 +368,7 @@ def _fmt_runs(values: list, typ: str, defined: set) -> list[str]:
 
 
 def _fmt_name(name: str) -> str:
-    return name if _IDENT.match(name) and name not in _KEYWORDS else "$" + _quote(name)
+    return name if _IDENT.match(name) and name not in _KEYWORDS else "$" + quote(name)
 
 
 def _fmt(v, ctx: str, typ: str, defined: set) -> str:
@@ -391,11 +392,11 @@ def _fmt(v, ctx: str, typ: str, defined: set) -> str:
     if ctx == "a":
         word = _SPELLING.get(typ, {}).get(v, v)
         bare = typ in _ALIASES and _BARE.match(word) and word not in _KEYWORDS and _ALIASES[typ].get(word, word) == v
-        return word if bare else _quote(v)
+        return word if bare else quote(v)
     if v == "None":
         return "None"
     if len(v) >= 2 and v[0] == v[-1] == '"':
-        return _quote(v[1:-1])
+        return quote(v[1:-1])
     if v not in defined:
         raise TraceFormatError(f"uses undefined variable {v!r}")
     return _fmt_name(v)
@@ -826,7 +827,7 @@ def _imap_text(graph: str, ctx: str) -> str:
             return text
     except (indexmap.NotReadable, ValueError, LookupError, TypeError, AttributeError, RecursionError):
         pass
-    return "{" + _quote(graph) + "}"
+    return "{" + quote(graph) + "}"
 
 
 def _kinds():

@@ -39,7 +39,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Mapping
 
 from dragonlab.codec import _MNEMONICS, KEY_ALIASES, LineReader, ScriptSyntaxError, _plain, apply
-from dragonlab.allowlist import ANNOTATIONS, refusal
+from dragonlab.allowlist import ANNOTATIONS, POSTPROC_ANNOTATIONS, refusal
 from dragonlab.evaluate import _worker_module
 from dragonlab.workers import Limits, RemoteError, Worker, WorkerError
 
@@ -70,7 +70,7 @@ MAX_LINE = 512
 # The annotation keys a constrained `ann` may write: those MetaSchedule writes in a design part,
 # which are the ones the evaluator accepts (an `unann` may only remove one that is there).
 # Free-form keys would also let a model write words without end.
-_KEYS = set(ANNOTATIONS)
+_KEYS = set(ANNOTATIONS) | set(POSTPROC_ANNOTATIONS)  # the latter only after postproc (the allowlist says where)
 _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
 
 

@@ -103,19 +103,7 @@ class Case:
     make: Callable
 
 
-def _q(s: str) -> str:
-    """A string literal of the script grammar (JSON-like escapes, lower-case \\u hex)."""
-    out = []
-    for ch in s:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch in "\n\t\r":
-            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF or ch in "\u2028\u2029":
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+_q = codec.quote
 
 
 def verbatim(graph: str) -> str:

@@ -92,7 +92,7 @@ def test_index_maps_must_be_arithmetic_in_the_readable_notation():
     i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
     evil = tvm.tirx.IndexMap([i, j], [j + tirx.call_extern("int32", "system", "touch /tmp/x"), i], None)
     evil_graph = tvm.ir.save_json(evil)
-    text = "get C\nlayout b0 {" + codec._quote(evil_graph) + "} 0 1"
+    text = "get C\nlayout b0 {" + codec.quote(evil_graph) + "} 0 1"
     plain = codec.decode(text)
     assert "not a index map" in allowlist.refusal(plain, "cuda")
     assert not allowlist.is_index_map(json.dumps(json.loads(graph)) + " ")
@@ -116,8 +116,10 @@ def test_escapes_finds_extern_calls_and_pragmas():
 def test_post_processed_samples_have_no_escapes(target):
     """The build-time check has no false alarms on what MetaSchedule builds."""
     found = {}
-    for w in suite("quick")[::3]:
-        for s in explore.sample_traces(w, target, 2, 1, tries=20):
-            if allowlist.escapes(s.sch.mod) - allowlist.escapes(w.mod):
-                found[w.name] = allowlist.escapes(s.sch.mod)
+    for k, w in enumerate(suite("quick")):
+        mods = [s.sch.mod for s in explore.sample_traces(w, target, 2, 1, tries=20)] if k % 3 == 0 else []
+        default = defaults.default_schedule(w, target)  # dlight's cuda Matmul aligns shared buffers
+        for mod in mods + ([default.mod] if default is not None else []):
+            if allowlist.escapes(mod) - allowlist.escapes(w.mod):
+                found[w.name] = allowlist.escapes(mod) - allowlist.escapes(w.mod)
     assert found == {}

@@ -32,13 +32,13 @@ def test_scripts_that_search_wrote_are_never_refused(corpus, data):
     instructions and a post-processing part) and the dataset's scripts: every prefix is allowed,
     and the follower's script is the script."""
     dsd, workloads = dataset.load(data)
-    cases = [(s.name, s.mod, codec.encode(s.trace)) for s in corpus if s.source == "post"]
-    cases += [(r["name"], workloads[r["workload"]].mod, text) for r in dsd["train"]
+    cases = [(s.name, s.mod, codec.encode(s.trace), s.target) for s in corpus if s.source == "post"]
+    cases += [(r["name"], workloads[r["workload"]].mod, text, "llvm") for r in dsd["train"]
               for text in (r["completion"], r["input_script"]) if text]
     replayer = Replayer()
     try:
-        for name, mod, script in cases:
-            follower = ScriptFollower(mod, replayer)
+        for name, mod, script, target_kind in cases:
+            follower = ScriptFollower(mod, replayer, target_kind=target_kind)
             assert feed(follower, script) is None, name
             follower.end("eos")
             assert follower.script() == script.rstrip("\n"), name

@@ -199,7 +199,7 @@ def test_deep_nesting_goes_thousands_deep(script, made):
     assert tails["chain+20000"].count("i+") >= 19999 and tails["chain+2000"].count("+") >= 1999
     assert tails["inverse_chain5000"].count("->|") == 5000
     assert tails["labels_defined2000"].count("@") == 2000 and tails["labels_cited5000"].count("+@1") == 5000
-    assert all(m.refuse for m in made["deep_nesting"])
+    assert all(m.refuse for m in made["deep_nesting"] if not m.case.startswith("label_1e18"))  # a name, not depth
 
 
 def test_huge_counts_pass_every_limit(script, made):

@@ -85,7 +85,7 @@ class Witness:
 def cases(tmp_path_factory):
     witness = Witness(tmp_path_factory.mktemp("security"))
     graphs = _payloads(witness.marker, witness.port)
-    scripts = [(f"{m} parameter {n + 1}, {name}", PREFIX + _line(m, n, "{" + codec._quote(g) + "}"))
+    scripts = [(f"{m} parameter {n + 1}, {name}", PREFIX + _line(m, n, "{" + codec.quote(g) + "}"))
                for (m, n), (name, g) in itertools.product(_slots(), graphs.items())]
     yield witness, scripts
     witness.listener.close()
