@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the sh
 import trace_corpus  # noqa: E402
 
 from dragonlab import codec  # noqa: E402
+import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
 
 
 def p95(xs: list[float]) -> float:
@@ -41,7 +42,9 @@ def timed(f, x, repeat: int = 5) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--posts", type=int, default=3, help="postprocessed samples per design space")
+    fair.add_load_argument(parser)
     args = parser.parse_args()
+    fair.machine(args.allow_contended)
     start = time.perf_counter()
     samples = trace_corpus.build(posts_per_space=args.posts, tries=24)
     print(f"corpus: {len(samples)} traces in {time.perf_counter() - start:.0f} s")

@@ -28,6 +28,7 @@ from transformers import LogitsProcessorList  # noqa: E402
 
 from dragonlab import dataset, models  # noqa: E402
 from dragonlab.constrain import for_rows  # noqa: E402
+import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
 
 
 class _Force:
@@ -83,7 +84,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=384)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
+    fair.add_load_argument(parser)
     args = parser.parse_args()
+    fair.machine(args.allow_contended)
 
     torch.set_num_threads(1)
     dsd, workloads = dataset.load(args.data)

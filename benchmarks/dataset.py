@@ -30,6 +30,7 @@ from pathlib import Path
 from dragonlab import dataset
 from dragonlab.prompts import PROMPT_FORMS, kernel_text
 from dragonlab.workloads import iter_suite, suite
+import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
 
 
 def bpe_counts(train_texts: list[str], count_texts: list[str], vocab: int) -> list[int]:
@@ -93,7 +94,9 @@ def main() -> None:
     p.add_argument("--records", nargs="+", type=Path, default=None, help="record stores or MetaSchedule databases")
     p.add_argument("--standard", type=int, default=120, help="standard-suite workloads in the prompt-form comparison")
     p.add_argument("--vocab", type=int, default=1000, help="BPE vocabulary size")
+    fair.add_load_argument(p)
     args = p.parse_args()
+    fair.machine(args.allow_contended)
     paths = args.records
     tmp = None
     if paths is None:

@@ -52,9 +52,14 @@ def refuse_unequal(what: str, first_error: str | None) -> int:
     return 1
 
 
-def add_arguments(parser) -> None:
+def add_load_argument(parser) -> None:
     parser.add_argument("--allow-contended", action="store_true",
                         help="run on a busy machine and mark the figures contended")
+
+
+def add_arguments(parser) -> None:
+    """The load flag and the baseline's build limits (benchmarks against MetaSchedule's builder)."""
+    add_load_argument(parser)
     parser.add_argument("--baseline-build-timeout", type=float, default=None,
                         help="the baseline's build limit in seconds on its first try (default: its usual one)")
     parser.add_argument("--retry-build-timeout", type=float, default=300.0,

@@ -24,6 +24,7 @@ import torch  # noqa: E402
 
 from dragonlab import dataset, models  # noqa: E402
 from dragonlab.sft import SFTConfig, train  # noqa: E402
+import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
 
 
 def sft_rate(data: str, preset: str, steps: int, batch: int) -> tuple[float, object, object]:
@@ -69,7 +70,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=64)
+    fair.add_load_argument(p)
     args = p.parse_args()
+    fair.machine(args.allow_contended)
     torch.set_num_threads(1)
     dsd, _ = dataset.load(args.data)
     rows = dsd["train"].to_list()
