@@ -50,17 +50,14 @@ def main() -> int:
           f"min_repeat_ms={measure.min_repeat_ms}), {fair.environment_note()}", flush=True)
 
     # The baseline first: a ratio is printed only if it measured (nearly) every trial.
-    timeout = args.baseline_build_timeout or measure.build_timeout_sec
-    base_secs, base_all, base_ok, error = _tune_tir(workloads, target, args, measure, timeout)
-    if not _enough(base_all, base_ok, wanted):
-        print(f"ms.tune_tir (build limit {timeout:g} s) measured {base_ok} of {wanted} trials ok "
-              f"({base_all} recorded); first error: {error}. Trying again with a build limit of "
-              f"{args.retry_build_timeout:g} s.", flush=True)
-        timeout = args.retry_build_timeout
-        base_secs, base_all, base_ok, error = _tune_tir(workloads, target, args, measure, timeout)
-        if not _enough(base_all, base_ok, wanted):
-            return fair.refuse_unequal(f"ms.tune_tir measured {base_ok} of {wanted} trials ok ({base_all} recorded) "
-                                       f"with a build limit of {timeout:g} s", error)
+    done = fair.baseline(
+        "ms.tune_tir", lambda limit: _tune_tir(workloads, target, args, measure, limit),
+        lambda r: None if _enough(r[1], r[2], wanted) else
+        f"measured {r[2]} of {wanted} trials ok ({r[1]} recorded); first error: {r[3]}",
+        args.baseline_build_timeout or measure.build_timeout_sec, args.retry_build_timeout)
+    if done is None:
+        return 1
+    (base_secs, base_all, base_ok, _), timeout = done
 
     with tempfile.TemporaryDirectory() as d:
         store = RecordStore(d, create=True)

@@ -58,16 +58,13 @@ def main() -> int:
           f"{fair.environment_note()}", flush=True)
 
     # The baseline first: a ratio is printed only if it timed every candidate.
-    timeout = args.baseline_build_timeout or measure.build_timeout_sec
-    base, base_total, timed, error = _metaschedule(batches, target, measure, timeout)
-    if timed < total:
-        print(f"LocalBuilder + LocalRunner (build limit {timeout:g} s) timed {timed} of {total} candidates; "
-              f"first error: {error}. Trying again with a build limit of {args.retry_build_timeout:g} s.", flush=True)
-        timeout = args.retry_build_timeout
-        base, base_total, timed, error = _metaschedule(batches, target, measure, timeout)
-        if timed < total:
-            return fair.refuse_unequal(f"LocalBuilder + LocalRunner timed {timed} of {total} candidates "
-                                       f"with a build limit of {timeout:g} s", error)
+    done = fair.baseline(
+        "LocalBuilder + LocalRunner", lambda limit: _metaschedule(batches, target, measure, limit),
+        lambda r: None if r[2] == total else f"timed {r[2]} of {total} candidates; first error: {r[3]}",
+        args.baseline_build_timeout or measure.build_timeout_sec, args.retry_build_timeout)
+    if done is None:
+        return 1
+    (base, base_total, timed, _), timeout = done
 
     ours, correct, timed_ours, error = [], 0, 0, None
     start = time.perf_counter()

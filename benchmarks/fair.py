@@ -52,6 +52,22 @@ def refuse_unequal(what: str, first_error: str | None) -> int:
     return 1
 
 
+def baseline(name: str, run, shortfall, first_timeout: float, retry_timeout: float):
+    """`run(build_timeout)` once, and again with `retry_timeout` if `shortfall(result)` (a
+    sentence such as "timed 3 of 32 candidates; first error: ...", or None when the baseline did
+    all the work). Returns (result, the limit it ran under), or None after saying why no ratio."""
+    result = run(first_timeout)
+    if shortfall(result) is None:
+        return result, first_timeout
+    print(f"{name} (build limit {first_timeout:g} s) {shortfall(result)}. "
+          f"Trying again with a build limit of {retry_timeout:g} s.", flush=True)
+    result = run(retry_timeout)
+    if shortfall(result) is None:
+        return result, retry_timeout
+    refuse_unequal(f"{name} {shortfall(result)} with a build limit of {retry_timeout:g} s", None)
+    return None
+
+
 def add_load_argument(parser) -> None:
     parser.add_argument("--allow-contended", action="store_true",
                         help="run on a busy machine and mark the figures contended")

@@ -1,7 +1,7 @@
 """Scripts: the compact, lossless text of MetaSchedule traces that the model reads and writes.
 
 A trace's JSON form is `[insts, decisions]`, each instruction `[kind, inputs, attrs, outputs]`
-(TVM_FACTS section 1). A script has one instruction per line, read left to right:
+(`docs/codec.md`). A script has one instruction per line, read left to right:
 
     get C                      b0 = sch.get_sblock("C")
     loops b0 >3                l1, l2, l3 = sch.get_loops(b0)
@@ -151,7 +151,7 @@ _ALIASES = {
     "str": {},
 }
 _SPELLING = {typ: {s: alias for alias, s in table.items()} for typ, table in _ALIASES.items()}
-# MetaSchedule annotates this key with `true`, which the database file stores as 1 (TVM_FACTS 1).
+# MetaSchedule annotates this key with `true`, which the database file stores as 1.
 _BOOL_ANNOTATIONS = {"meta_schedule.layout_rewrite_preproc"}
 _KEYWORDS = {"None": None, "true": True, "false": False, "inf": math.inf, "nan": math.nan}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from dragonlab import codec
+from dragonlab.allowlist import known_crash
 from dragonlab.explore import forms
 from dragonlab.records import Record
 from dragonlab.workloads import Workload
@@ -101,19 +102,6 @@ def _last_line(e: Exception) -> str:
     return f"{type(e).__name__}: {lines[-1] if lines else ''}"
 
 
-def _crashing_factor(plain: list) -> str | None:
-    """A zero tile factor, which kills the process instead of raising (TVM_FACTS section 2)."""
-    insts, decisions = plain
-    for i, decision in decisions:
-        if insts[i][0] in ("SamplePerfectTile", "SamplePartitionedTile") and isinstance(decision, list) \
-                and 0 in decision:
-            return f"instruction {i} ({insts[i][0]}) decision has a 0 factor"
-    for i, (kind, inputs, _, _) in enumerate(insts):
-        if kind in ("Split", "LoopPartition") and any(type(v) is int and v == 0 for v in inputs[1:]):
-            return f"instruction {i} ({kind}) has a 0 factor"
-    return None
-
-
 def check_trace(trace, mod) -> TraceCheck:
     """Check one trace (a Trace or its JSON form) against the module it was recorded on."""
     import tvm_ffi
@@ -132,9 +120,9 @@ def check_trace(trace, mod) -> TraceCheck:
     difference = first_difference(expected, decoded)
     if difference is not None:
         return TraceCheck(False, f"round trip: {difference}", len(script))
-    crash = _crashing_factor(expected)
+    crash = known_crash(expected)
     if crash is not None:
-        return TraceCheck(False, f"{crash}: TVM would crash (SIGFPE) applying it", len(script))
+        return TraceCheck(False, crash, len(script))
     try:
         original = Schedule(mod, seed=1)
         if isinstance(trace, list):

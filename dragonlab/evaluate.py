@@ -188,16 +188,17 @@ class Evaluator:
         keys = list(pending)
         bar = progress_bar(total=len(keys) * (3 if self.config.time else 2), unit="step", progress=progress)
         by_key = {key: items[pending[key][0]][0] for key in keys}
+        module_json = {w.key: _module_json(w) for w in by_key.values()}  # one serialisation per workload
         artifacts = {key: str(self._dir / f"{uuid.uuid4().hex}.so") for key in keys}  # named here, never by a worker
         try:
             outcomes = self.pool.map(build_script, [
-                (by_key[k].key, _module_json(by_key[k]), self.target.config, plains[k], self._job_config(),
+                (by_key[k].key, module_json[by_key[k].key], self.target.config, plains[k], self._job_config(),
                  artifacts[k]) for k in keys], on_result=lambda *_: bar.update())
             evaluations = {k: _evaluation_of(by_key[k].key, self.target.name, o) for k, o in zip(keys, outcomes)}
             built = [k for k in keys if evaluations[k].stage == "run" and evaluations[k].reason is None]
             bar.update(len(keys) - len(built))
             checked = self.kernels.map(check_kernel, [
-                (by_key[k].key, _module_json(by_key[k]), self.target.config, artifacts[k], self._job_config())
+                (by_key[k].key, module_json[by_key[k].key], self.target.config, artifacts[k], self._job_config())
                 for k in built], on_result=lambda *_: bar.update())
             for k, outcome in zip(built, checked):
                 evaluations[k] = _evaluation_of(by_key[k].key, self.target.name, outcome, evaluations[k].repairs)
@@ -357,16 +358,16 @@ def _evaluation_of(key: str, target: str, outcome, repairs: tuple = ()) -> Evalu
     if isinstance(outcome, RemoteError):  # a bug of ours, or of TVM's, surfacing in the worker
         stage = outcome.stage if outcome.stage in STAGES else "apply"
         return Evaluation(key, target, stage, f"internal error during {stage}: {_one_line(outcome)}", repairs)
-    try:
-        stage, reason = outcome["stage"], outcome.get("reason")
-        repairs = tuple(outcome.get("repairs", repairs))
-        max_error = outcome.get("max_error")
-        assert stage in STAGES and (reason is None or isinstance(reason, str))
-        assert all(r in ("decisions", "post-processing") for r in repairs)
-        assert max_error is None or type(max_error) is float
-    except (TypeError, KeyError, AttributeError, AssertionError):
-        return Evaluation(key, target, "run", "the worker answered with malformed data", repairs)
-    return Evaluation(key, target, stage, reason and reason[:300], repairs, max_error=max_error)
+    malformed = Evaluation(key, target, "run", "the worker answered with malformed data", repairs)
+    if not isinstance(outcome, dict):
+        return malformed
+    stage, reason, max_error = outcome.get("stage"), outcome.get("reason"), outcome.get("max_error")
+    found = outcome.get("repairs", list(repairs))
+    if (stage not in STAGES or not (reason is None or isinstance(reason, str))
+            or not (isinstance(found, list) and all(r in ("decisions", "post-processing") for r in found))
+            or not (max_error is None or type(max_error) is float)):
+        return malformed
+    return Evaluation(key, target, stage, reason and reason[:300], tuple(found), max_error=max_error)
 
 
 # ---- what runs in the worker processes ----------------------------------------------------------
@@ -374,6 +375,7 @@ def _evaluation_of(key: str, target: str, outcome, repairs: tuple = ()) -> Evalu
 
 _POSTPROCS: dict[str, list] = {}
 _REFERENCES: OrderedDict = OrderedDict()
+_ESCAPES: dict[str, set[str]] = {}
 
 
 def _worker_module(key: str, mod_json: str):
@@ -404,6 +406,13 @@ def _postprocs(target_config: dict) -> list:
         ctx = tune_context(dummy, Target(target_config), task_name="validate")
         _POSTPROCS[name] = list(ctx.space_generator.postprocs)
     return _POSTPROCS[name]
+
+
+def _unscheduled_escapes(key: str, mod_json: str) -> set[str]:
+    """What the unscheduled module already reaches outside itself (cached per workload)."""
+    if key not in _ESCAPES:
+        _ESCAPES[key] = allowlist.escapes(_worker_module(key, mod_json))
+    return _ESCAPES[key]
 
 
 def prepare_worker(target_config: dict, *, progress) -> None:
@@ -526,7 +535,7 @@ def build_script(key: str, mod_json: str, target_config: dict, plain: list, job:
         repairs.append("post-processing")
     # Defence in depth behind the allowlist: scheduling moves and reshapes work; it never adds a
     # call out of the kernel or a pragma that TVM's code generators would act on.
-    escapes = allowlist.escapes(sch.mod) - allowlist.escapes(_worker_module(key, mod_json))
+    escapes = allowlist.escapes(sch.mod) - _unscheduled_escapes(key, mod_json)
     if escapes:
         return stop("validate", f"the scheduled kernel has {sorted(escapes)[0]}, which the unscheduled one "
                     "does not", repairs=repairs)

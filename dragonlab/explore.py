@@ -8,7 +8,7 @@ The notebooks and `dragonlab codec show` call these; nothing here measures anyth
 
 A sample replays a design space's instructions without their decisions on a fresh
 `Schedule(mod, seed=k)`, so every sampling instruction draws anew, then runs the target's
-postprocessors (TVM_FACTS section 2). It is deterministic for a given seed; on CUDA most samples
+postprocessors. It is deterministic for a given seed; on CUDA most samples
 fail VerifyGPUCode and are skipped, which is why sampling tries more seeds than it keeps.
 """
 

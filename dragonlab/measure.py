@@ -1,8 +1,8 @@
 """Building and timing MetaSchedule candidates: the builder, the runners, and their limits.
 
-Two costs of MetaSchedule's stock `LocalBuilder` dominate small tuning runs (TVM_FACTS.md,
-section 4): it starts a fresh process pool for every batch, and its default build function
-imports `tvm.s_tir.tensor_intrin` in each fresh worker (16-22 s). `PooledBuilder` keeps one
+Two costs of MetaSchedule's stock `LocalBuilder` dominate small tuning runs: it starts a fresh
+process pool for every batch, and its default build function imports `tvm.s_tir.tensor_intrin`
+in each fresh worker (16-22 s). `PooledBuilder` keeps one
 pool for its lifetime and builds with `fast_build`, which skips that import: a schedule has
 already been tensorized by the time it is built, so the intrinsic registry is not needed.
 

@@ -1,5 +1,5 @@
 """The replication report: does a small task-trained model beat search and general-purpose LLMs,
-and does RL beat SFT? Computed on held-out workloads, following ../shared/DESIGN.md.
+and does RL beat SFT? Computed on held-out workloads, by the protocol in docs/report.md.
 
 `run_report(run_dir)` reads `RUN/dataset` and the models `RUN/sft/model` and `RUN/rl/model`
 (those present), and writes `RUN/report/`:

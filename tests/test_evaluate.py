@@ -202,7 +202,7 @@ def test_cuda_scripts_validate_and_build_to_source_without_a_gpu(quick):
         if huge[0][d[0]][0] == "SamplePerfectTile" and len(d[1]) == 5:
             d[1] = [1, 1, 64, 64, 1]
             break
-    # fp16 tensor-core candidates pass every post-processor, yet most fail to build (TVM_FACTS 7)
+    # fp16 tensor-core candidates pass every post-processor, yet most fail to build (tvm_access_ptr element type)
     tensor_core = [to_plain(s.sch.trace) for s in sample_traces(FP16_MATMUL, "cuda-sm80", n=4, seed=11)]
     nvcc = shutil.which("nvcc") is not None  # device compilation needs no GPU, only the compiler
     with Evaluator("cuda-sm80", EvalConfig(workers=1, nvcc=nvcc)) as ev:
