@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -19,12 +18,16 @@ from dragonlab.jsonl import JsonFormatError, append_lines, read_json, read_lines
 from dragonlab.records import OK, Record, RecordFormatError, RecordStore
 from dragonlab.sft import read_log
 
-# Appends pairs of 1 MiB lines, numbered from argv[2], until it is killed.
+# Appends pairs of 64 KiB lines, numbered from argv[2], under a file-size limit of argv[3]
+# bytes: the kernel writes up to the limit, then kills the writer with SIGXFSZ. A kill that
+# lands at a chosen byte, mid-line, with no timing to race.
 WRITER = """
-import sys
+import resource, signal, sys
 from dragonlab.jsonl import append_lines
-path, i = sys.argv[1], int(sys.argv[2])
-pad = "x" * (1 << 20)
+path, i, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; the kernel's default kills
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+pad = "x" * (1 << 16)
 while True:
     append_lines(path, [{"i": i, "pad": pad}, {"i": i + 1, "pad": pad}])
     i += 2
@@ -35,21 +38,19 @@ def test_writers_killed_mid_line_lose_only_that_line_and_the_next_append_cuts_it
     path = tmp_path / "lines.jsonl"
     rng = random.Random(0)
     torn = 0
-    for _ in range(60):
+    for _ in range(8):
         have = [d["i"] for d in read_lines(path)] if path.exists() else []
         assert have == list(range(len(have)))  # every complete line kept, none corrupt
         size = path.stat().st_size if path.exists() else 0
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(len(have))])
-        while not path.exists() or path.stat().st_size == size:  # resumed: it is writing
-            time.sleep(0.001)
-        time.sleep(rng.uniform(0, 0.02))
-        writer.send_signal(signal.SIGKILL)
-        writer.wait()
+        limit = size + rng.randrange(1 << 16, 1 << 19)  # somewhere in the next few lines
+        writer = subprocess.run([sys.executable, "-c", WRITER, str(path), str(len(have)),
+                                 str(limit)], capture_output=True, timeout=120)
+        assert writer.returncode == -signal.SIGXFSZ, writer.stderr.decode()[-2000:]
+        assert path.stat().st_size == limit  # killed in the write that crossed the limit
         torn += not path.read_bytes().endswith(b"\n")
-        if torn >= 3:
-            break
-    assert torn >= 3, "no kill landed in the middle of a write"
+    assert torn >= 6  # a random byte is almost never a line's end
     have = [d["i"] for d in read_lines(path)]
+    assert len(have) >= 8
     append_lines(path, [{"i": "after"}])
     lines = path.read_bytes().split(b"\n")
     assert lines[-1] == b"" and [json.loads(x)["i"] for x in lines[:-1]] == [*have, "after"]
