@@ -73,6 +73,13 @@ def _parser() -> argparse.ArgumentParser:
     c = rsub.add_parser("stats", help="counts per workload, family and target; failures; latency spread")
     c.add_argument("paths", nargs="+", type=Path, help="record stores or MetaSchedule databases")
     c.set_defaults(run=_records_stats)
+    c = rsub.add_parser("seal", help="compress a store's finished files into .gz files that never change",
+                        description="Compress the plain files of a record store (all of them, or one shard's "
+                                    "records and progress, and the workload file) into sealed .gz files that "
+                                    "every command reads as they are. A sealed file is never replaced.")
+    c.add_argument("store", type=Path)
+    c.add_argument("--shard", default=None, help="I/N: seal only this shard's files (and the workload file)")
+    c.set_defaults(run=_records_seal)
     rec.set_defaults(run=lambda a: rec.print_help() or 2)
 
     c = sub.add_parser("evaluate", help="evaluate every record of record stores or MetaSchedule databases")
@@ -188,7 +195,7 @@ def _finite(text: str, what: str, ok) -> float:
 
 
 def _collect(args) -> int:
-    from dragonlab.collect import CollectConfig, collect, shard
+    from dragonlab.collect import CollectConfig, collect, shard, shard_name
     from dragonlab.measure import MeasureConfig
     from dragonlab.records import RecordStore
     from dragonlab.targets import get_target
@@ -206,8 +213,7 @@ def _collect(args) -> int:
             raise UsageError(f"--only: {unknown[0]!r} is not a workload of suite {args.suite!r}")
         workloads = [w for w in workloads if w.name in wanted]
     workloads = shard(workloads, args.shard)
-    shard_name = args.shard.replace("/", "-of-") if args.shard else ""
-    store = RecordStore(args.out, shard=shard_name, create=True)
+    store = RecordStore(args.out, shard=shard_name(args.shard) if args.shard else "", create=True)
     config = CollectConfig(
         trials=args.trials, trials_per_round=args.per_round, seed=args.seed, runner=args.runner,
         tracker=args.tracker, key=args.key,
@@ -249,6 +255,21 @@ def _records_merge(args) -> int:
 
     added = merge([RecordStore(s) for s in args.stores], RecordStore(args.out, create=True))
     print(f"merged {added} new records -> {args.out}")
+    return 0
+
+
+def _records_seal(args) -> int:
+    from dragonlab.collect import shard_name
+    from dragonlab.records import RecordStore
+
+    try:
+        sealed = RecordStore(args.store).seal(shard_name(args.shard) if args.shard else None)
+    except FileExistsError as e:
+        raise UsageError(str(e)) from None
+    for path in sealed:
+        print(f"sealed {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    if not sealed:
+        print(f"nothing to seal in {args.store}")
     return 0
 
 
@@ -466,6 +487,10 @@ def _dataset_commands(sub) -> None:
                    help="design: scripts stop where post-processing starts; full: whole traces (default design)")
     c.add_argument("--validation", type=float, help="share of workloads in validation (default 0.1)")
     c.add_argument("--test", type=float, help="share of workloads in test (default 0.1)")
+    c.add_argument("--benchmark", type=Path,
+                   help="a benchmark file whose splits the dataset takes (default: the benchmark.json shipped "
+                        "beside the records, if any)")
+    c.add_argument("--no-benchmark", action="store_true", help="split by hash even if the records ship a benchmark")
     c.set_defaults(run=_dataset_build)
     c = dsub.add_parser("stats", help="examples and token lengths (mean/max) per split and task")
     c.add_argument("path", type=Path, help="a directory written by `dataset build`")
@@ -726,6 +751,7 @@ def _dataset_build(args) -> int:
     for name in ("validation", "test"):
         if name in given and not 0 <= given[name] < 1:
             raise UsageError(f"--{name} must be a share in [0, 1), got {given[name]}")
+    given.update(_benchmark_option(args, given))
     config = DatasetConfig(**given)
     start = time.monotonic()
     built = build_dataset(args.records, args.out, config)
@@ -735,6 +761,26 @@ def _dataset_build(args) -> int:
     print(f"{total} examples from {len(built.workloads)} workloads in {time.monotonic() - start:.1f} s "
           f"(records not used: {skipped}) -> {args.out}")
     return 0
+
+
+def _benchmark_option(args, given: dict) -> dict:
+    """The benchmark file to split by: --benchmark, else the one shipped beside the records."""
+    from dragonlab.benchmark import find, load
+
+    if args.no_benchmark:
+        if args.benchmark:
+            raise UsageError("--benchmark and --no-benchmark exclude each other")
+        return {}
+    path = args.benchmark or next((p for p in map(find, args.records) if p), None)
+    if path is None:
+        return {}
+    if "holdout_family" in given or "validation" in given or "test" in given:
+        if args.benchmark:
+            raise UsageError("--benchmark fixes the splits: leave out --holdout-family, --validation and --test")
+        return {}  # the user asked for hashed splits of a corpus that ships a benchmark
+    load(path)  # a malformed file fails here, naming the field, before any work
+    print(f"splits: the benchmark {path} (--no-benchmark to split by hash)")
+    return {"benchmark": str(path)}
 
 
 def _dataset_stats(args) -> int:

@@ -63,6 +63,12 @@ def shard(workloads: list[Workload], spec: str | None) -> list[Workload]:
     return [w for w in workloads if int(w.key) % n == i]
 
 
+def shard_name(spec: str) -> str:
+    """The file suffix of shard `i/n`: "i-of-n" (records.i-of-n.jsonl)."""
+    shard([], spec)  # validates
+    return spec.replace("/", "-of-")
+
+
 def collect(workloads: list[Workload], target: TargetSpec, store: RecordStore,
             config: CollectConfig = CollectConfig(), *, progress: bool = True) -> CollectSummary:
     """Tune each workload for `config.trials` measured candidates, appending every one to `store`."""

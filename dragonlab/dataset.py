@@ -28,8 +28,10 @@ latency is the median of all their repeats. Every script is checked to round-tri
 Splits are by workload key (the structural hash), so no workload is on two sides:
 `sha256("{seed}/{key}")` read as a fraction in [0, 1) puts a workload in validation below
 `validation`, in test below `validation + test`, else in train. All workloads of
-`holdout_family` go to `test_family` instead. The result depends only on the set of records
-and the config, not on their order.
+`holdout_family` go to `test_family` instead. With a `benchmark` file (`dragonlab.benchmark`;
+a shipped corpus has one beside its records) the splits are the benchmark's instead: its test,
+test_family and validation workloads, and every other workload in train. The result depends
+only on the set of records and the config, not on their order.
 
 `save` writes a Hugging Face `DatasetDict` (`save_to_disk`, plus one Parquet file per split
 under `data/`), the workloads the examples refer to (`workloads.jsonl`), the build's config
@@ -53,7 +55,8 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dragonlab import codec
+from dragonlab import benchmark, codec
+from dragonlab.benchmark import Benchmark
 from dragonlab.jsonl import append_lines, read_json
 from dragonlab.prompts import (CONSTRUCTION, DEFAULT_FORM, PROMPT_FORMS, REFINEMENT, TASKS, construction_prompt,
                                kernel_text, refinement_prompt)
@@ -85,8 +88,13 @@ class DatasetConfig:
                 "(the target's post-processors write the rest, and the evaluator runs them); 'full': whole traces"})
     validation: float = field(default=0.1, metadata={"help": "share of workloads in the validation split"})
     test: float = field(default=0.1, metadata={"help": "share of workloads in the test split"})
+    benchmark: str | None = field(default=None, metadata={
+        "help": "a benchmark file: its test, test_family and validation workloads are those splits, "
+                "every other workload is train (replaces the hashed shares and holdout_family)"})
 
     def __post_init__(self):
+        if self.benchmark is not None and self.holdout_family is not None:
+            raise ValueError("benchmark and holdout_family exclude each other: the benchmark names its held-out families")
         for name in ("top_k", "pairs_per_workload", "strata"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
@@ -154,14 +162,17 @@ def load_records(paths: list[str | os.PathLike]) -> tuple[dict[str, Workload], l
         workloads.update(ws)
         records.extend(rs)
         source = {"path": str(p), "records": len(rs), "statuses": dict(sorted(Counter(r.status for r in rs).items()))}
-        if list(p.glob("progress*.jsonl")):  # a dragonlab store says what budget each collection had
+        if RecordStore(p).files("progress") if p.is_dir() else False:  # a store says each collection's budget
             source["trials"] = dict(sorted(Counter(RecordStore(p).done().values()).items()))
         sources.append(source)
     return workloads, records, sources
 
 
-def split_of(key: str, family: str, config: DatasetConfig) -> str:
-    """The split of a workload: a function of its key, its family and the config only."""
+def split_of(key: str, family: str, config: DatasetConfig, bench: Benchmark | None = None) -> str:
+    """The split of a workload: a function of its key, its family and the config (and its
+    benchmark, `load`ed from `config.benchmark`) only."""
+    if bench is not None:
+        return bench.split_of(key) or "train"
     if config.holdout_family is not None and family == config.holdout_family:
         return "test_family"
     digest = hashlib.sha256(f"{config.seed}/{key}".encode()).digest()
@@ -274,6 +285,7 @@ def build(workloads: dict[str, Workload], records: list[Record], config: Dataset
           *, sources: list[dict] = ()) -> Built:
     """Construction and refinement examples of every usable script, split by workload."""
     skipped = Counter()
+    bench = benchmark.load(config.benchmark) if config.benchmark is not None else None
     groups = scripts_by_group(workloads, records, skipped, design=config.scripts == "design")
     families = {workloads[k].family for k, _ in groups}
     if config.holdout_family is not None and config.holdout_family not in families:
@@ -288,7 +300,7 @@ def build(workloads: dict[str, Workload], records: list[Record], config: Dataset
     split_map: dict[str, str] = {}
     for (key, target), scripts in groups.items():
         w = workloads[key]
-        split = split_map.setdefault(key, split_of(key, w.family, config))
+        split = split_map.setdefault(key, split_of(key, w.family, config, bench))
         kernel = kernels.setdefault(key, kernel_text(w, config.prompt_form))
         common = dict(workload=key, name=w.name, family=w.family, target=target)
         new = []
@@ -489,9 +501,7 @@ its trace{"'s design part" if c.scripts == "design" else ""} exactly.
 
 {chr(10).join(table)}
 
-By workload key (`tvm_ffi.structural_hash` of the module): `sha256("{c.seed}/<key>")` as a fraction
-u in [0, 1): validation if u < {c.validation}, test if u < {c.validation + c.test:.4g}, else train.
-Held-out family (`test_family`): {c.holdout_family or 'none'}. No workload is in two splits.
+{_split_rule(c)} No workload is in two splits.
 Empty splits are not saved (the `datasets` library cannot load them back).
 
 Families: {', '.join(f'{f} {n}' for f, n in sorted(families.items()))}.
@@ -510,6 +520,17 @@ by latency (0 = fastest). `workloads.jsonl` holds every workload's exact module 
 
 Load with `datasets.load_from_disk(DIR)`, or the Parquet files under `data/`.
 {shown}"""
+
+
+def _split_rule(c: DatasetConfig) -> str:
+    if c.benchmark is not None:
+        b = benchmark.load(c.benchmark)
+        return (f"By workload key, as the benchmark `{b.name}` (`{Path(c.benchmark).name}`) fixes them: its "
+                f"test, test_family and validation workloads, every other workload in train. Held-out "
+                f"families (test_family and validation only): {', '.join(b.held_out_families)}.")
+    return (f"By workload key (`tvm_ffi.structural_hash` of the module): `sha256(\"{c.seed}/<key>\")` as a "
+            f"fraction u in [0, 1): validation if u < {c.validation}, test if u < {c.validation + c.test:.4g}, "
+            f"else train. Held-out family (`test_family`): {c.holdout_family or 'none'}.")
 
 
 class DatasetFormatError(ValueError):

@@ -9,8 +9,10 @@ other line that is not JSON is an error that names the file and the line.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -56,22 +58,34 @@ def read_lines(path: str | os.PathLike, parse: Callable[[Any], T] = lambda obj: 
                error: type[ValueError] = JsonFormatError) -> Iterator[T]:
     """`parse` of each complete line's JSON value; blank lines and a torn last line are skipped.
     A line that is not JSON, or that `parse` rejects (ValueError, TypeError, KeyError), raises
-    `error` naming the file and the line."""
-    with open(path, "rb") as f:
-        for no, raw in enumerate(f, 1):
-            if not raw.endswith(b"\n"):
-                return  # torn: the writer was killed before it finished the line
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except (ValueError, RecursionError) as e:
-                raise error(f"{path}:{no}: not JSON ({_why(e)})") from None
-            try:
-                value = parse(obj)
-            except (ValueError, TypeError, KeyError, RecursionError) as e:
-                raise error(f"{path}:{no}: {e if isinstance(e, ValueError) else _why(e)}") from None
-            yield value
+    `error` naming the file and the line. A `.gz` file (a sealed one, see `seal`) is read through
+    gzip; one that is not gzip raises `error` too."""
+    if not str(path).endswith(".gz"):
+        with open(path, "rb") as f:
+            yield from _parse_lines(path, f, parse, error)
+        return
+    with gzip.open(path, "rb") as f:
+        try:
+            yield from _parse_lines(path, f, parse, error)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # not gzip, or cut short
+            raise error(f"{path}: not a readable gzip file ({type(e).__name__}: {e})") from None
+
+
+def _parse_lines(path, f, parse: Callable[[Any], T], error: type[ValueError]) -> Iterator[T]:
+    for no, raw in enumerate(f, 1):
+        if not raw.endswith(b"\n"):
+            return  # torn: the writer was killed before it finished the line
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            raise error(f"{path}:{no}: not JSON ({_why(e)})") from None
+        try:
+            value = parse(obj)
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
+            raise error(f"{path}:{no}: {e if isinstance(e, ValueError) else _why(e)}") from None
+        yield value
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -90,6 +104,39 @@ def _why(e: Exception) -> str:
     if isinstance(e, UnicodeDecodeError):
         return f"not UTF-8 at byte {e.start}"
     return f"{type(e).__name__}: {e}"
+
+
+def seal(path: str | os.PathLike) -> Path:
+    """Compress a finished append-only file into `<path>.gz` and remove it: the `.gz` appears whole
+    (a temporary file, fsync, one rename) with every complete line and no torn one, and the same
+    lines always give the same bytes (no timestamp in the gzip header), so a sealed file can go
+    into git once and never change. Refuses to replace an existing `.gz`."""
+    path = Path(path)
+    out = path.with_name(path.name + ".gz")
+    if out.exists():
+        raise FileExistsError(f"{out} already exists: a sealed file never changes; append under another name")
+    size = _complete_size_of(path)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    with open(path, "rb") as src, open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+            left = size
+            while left:
+                chunk = src.read(min(left, 1 << 20))
+                gz.write(chunk)
+                left -= len(chunk)
+        raw.flush()
+        os.fsync(raw.fileno())
+    os.replace(tmp, out)
+    path.unlink()
+    return out
+
+
+def _complete_size_of(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _complete_size(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:

@@ -84,10 +84,16 @@ def read_database(path: Path) -> tuple[list[Workload], list[Record]]:
     return list(workloads.values()), records
 
 
+def is_record_store(path: Path) -> bool:
+    """A dragonlab record store: a workload or records file, plain or sealed."""
+    return any(next(Path(path).glob(pattern), None) for pattern in
+               ("workloads.jsonl", "workloads.jsonl.gz", "records*.jsonl", "records*.jsonl.gz"))
+
+
 def load(path: Path) -> tuple[dict[str, Workload], list[Record]]:
     """Workloads and records from a dragonlab record store or from MetaSchedule database(s)."""
     path = Path(path)
-    if (path / "workloads.jsonl").exists() or list(path.glob("records*.jsonl")):
+    if is_record_store(path):
         store = RecordStore(path)
         return store.workloads(), store.records()
     workloads: dict[str, Workload] = {}

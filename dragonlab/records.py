@@ -9,7 +9,9 @@ A `RecordStore` is a directory:
 Every file is append-only (`dragonlab.jsonl`: a torn last line left by a kill is ignored on
 read and cut off before the next append, so a kill -9 loses at most the lines being written).
 Shards (`--shard i/n`) write their own files in the same directory or in separate ones;
-reading de-duplicates, so merging is `cat`.
+reading de-duplicates, so merging is `cat`. A finished file can be sealed (`seal`): compressed
+to `<name>.gz`, which readers read as it is and which never changes again, so a shipped corpus
+goes into git file by file while later shards are still being collected.
 
 Records keep the module they were tuned on by workload key, and the workload file keeps the
 module itself: the structural hash ignores block names, but traces look blocks up by name.
@@ -26,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from dragonlab.jsonl import append_lines, read_lines
+from dragonlab.jsonl import append_lines, read_lines, seal
 from dragonlab.workloads import Workload
 
 # What happened to a measured candidate. Only "ok" records carry latencies and become data;
@@ -155,10 +157,24 @@ class RecordStore:
                      [{"workload": workload, "target": target, "trials": trials}])
 
     # reading -------------------------------------------------------------------------------
+    def seal(self, shard: str | None = None) -> list[Path]:
+        """Compress the plain files (of one shard, and the workload file) into sealed `.gz` files."""
+        names = [f"records.{shard}.jsonl", f"progress.{shard}.jsonl"] if shard else None
+        out = []
+        for path in self.files("workloads") + self.files("records") + self.files("progress"):
+            if path.suffix == ".jsonl" and (names is None or path.name in names or path.name == "workloads.jsonl"):
+                out.append(seal(path))
+        return out
+
+    def files(self, stem: str) -> list[Path]:
+        """The store's files of one kind (workloads, records, progress) by name, a sealed file where
+        its plain file was and before lines appended to that name after sealing."""
+        paths = [*self.root.glob(f"{stem}*.jsonl"), *self.root.glob(f"{stem}*.jsonl.gz")]
+        return sorted(paths, key=lambda p: (p.name.removesuffix(".gz"), p.suffix != ".gz"))
+
     def workloads(self) -> dict[str, Workload]:
-        path = self.root / "workloads.jsonl"
         out: dict[str, Workload] = {}
-        if path.exists():
+        for path in self.files("workloads"):
             for w in read_lines(path, Workload.from_json, error=RecordFormatError):
                 out.setdefault(w.key, w)
         return out
@@ -167,7 +183,7 @@ class RecordStore:
         """All records, de-duplicated (first occurrence wins), optionally filtered."""
         seen: set = set()
         out: list[Record] = []
-        for path in sorted(self.root.glob("records*.jsonl")):
+        for path in self.files("records"):
             for r in read_lines(path, Record.from_json, error=RecordFormatError):
                 if (target and r.target != target) or (workload and r.workload != workload):
                     continue
@@ -179,7 +195,7 @@ class RecordStore:
     def done(self) -> dict[tuple[str, str], int]:
         """(workload key, target) -> trial budget of each finished collection."""
         out: dict[tuple[str, str], int] = {}
-        for path in sorted(self.root.glob("progress*.jsonl")):
+        for path in self.files("progress"):
             for workload, target, trials in read_lines(path, _progress, error=RecordFormatError):
                 out[(workload, target)] = max(out.get((workload, target), 0), trials)
         return out

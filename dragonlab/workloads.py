@@ -264,11 +264,113 @@ def transpose_fusion(*, b: int, m: int, n: int, ops: str = "add", dtype: str = "
                      b=b, m=m, n=n, ops=ops)
 
 
+def gemv(*, n: int, k: int, dtype: str = "float32") -> Workload:
+    """y[n] = W[n, k] @ x[k]: a linear layer at batch 1, as in token-by-token decoding."""
+    wt = te.placeholder((n, k), dtype, name="W")
+    x = te.placeholder((k,), dtype, name="x")
+    r = te.reduce_axis((0, k), name="k")
+    y = te.compute((n,), lambda i: te.sum(wt[i, r] * x[r], axis=r), name="y")
+    return _workload("gemv", dtype, 2 * n * k, [wt, x, y], n=n, k=k)
+
+
+def conv1d(*, n: int, c: int, l: int, f: int, kernel: int, stride: int = 1, pad: int = 0,
+           dtype: str = "float32") -> Workload:
+    """A 1-d convolution in NCW layout (audio, temporal convolutions)."""
+    x = te.placeholder((n, c, l), dtype, name="X")
+    wt = te.placeholder((f, c, kernel), dtype, name="W")
+    out = topi.nn.conv1d_ncw(x, wt, stride, pad, 1, out_dtype=dtype)
+    return _workload("conv1d", dtype, 2 * n * f * c * kernel * _out_size(l, kernel, stride, pad), [x, wt, out],
+                     n=n, c=c, l=l, f=f, kernel=kernel, stride=stride, pad=pad)
+
+
+def group_conv2d(*, n: int, c: int, h: int, w: int, f: int, kernel: int, groups: int, stride: int = 1,
+                 pad: int = 0, dtype: str = "float32") -> Workload:
+    """A grouped NCHW convolution (ResNeXt, ShuffleNet): each group sees c / groups channels."""
+    x = te.placeholder((n, c, h, w), dtype, name="X")
+    wt = te.placeholder((f, c // groups, kernel, kernel), dtype, name="W")
+    out = topi.nn.group_conv2d_nchw(x, wt, stride, pad, 1, groups, out_dtype=dtype)
+    return _workload("group_conv2d", dtype, _conv_flops(n, c // groups, f, h, w, kernel, stride, pad),
+                     [x, wt, out], n=n, c=c, h=h, w=w, f=f, kernel=kernel, groups=groups, stride=stride, pad=pad)
+
+
+def conv2d_transpose(*, n: int, c: int, h: int, w: int, f: int, kernel: int, stride: int, pad: int = 0,
+                     dtype: str = "float32") -> Workload:
+    """A transposed NCHW convolution (decoders, U-Nets): upsamples by `stride`."""
+    x = te.placeholder((n, c, h, w), dtype, name="X")
+    wt = te.placeholder((c, f, kernel, kernel), dtype, name="W")  # IOHW, as topi expects
+    out = topi.nn.conv2d_transpose_nchw(x, wt, [stride, stride], [pad, pad], dtype, [0, 0])
+    # every input element scatters into f * kernel^2 outputs: a multiply and an add each
+    return _workload("conv2d_transpose", dtype, 2 * n * c * h * w * f * kernel * kernel, [x, wt, out],
+                     n=n, c=c, h=h, w=w, f=f, kernel=kernel, stride=stride, pad=pad)
+
+
+def global_avg_pool(*, n: int, c: int, h: int, w: int, dtype: str = "float32") -> Workload:
+    """The mean of each channel's feature map: a CNN's head before the classifier."""
+    x = te.placeholder((n, c, h, w), dtype, name="X")
+    rh, rw = te.reduce_axis((0, h), name="rh"), te.reduce_axis((0, w), name="rw")
+    total = te.compute((n, c, 1, 1), lambda a, b, i, j: te.sum(x[a, b, i + rh, j + rw], axis=[rh, rw]), name="sum")
+    out = te.compute(total.shape, lambda *i: total(*i) / _const(h * w, dtype), name="mean")
+    return _workload("global_avg_pool", dtype, n * c * (h * w + 1), [x, out], n=n, c=c, h=h, w=w)
+
+
+def upsample(*, n: int, c: int, h: int, w: int, scale: int = 2, method: str = "nearest_neighbor",
+             dtype: str = "float32") -> Workload:
+    """Resize an NCHW feature map by an integer `scale` (feature pyramids, U-Net decoders)."""
+    if method not in ("nearest_neighbor", "linear"):
+        raise ValueError(f"unknown resize method {method!r}; known: nearest_neighbor, linear")
+    x = te.placeholder((n, c, h, w), dtype, name="X")
+    out = topi.image.resize2d(x, (0.0, 0.0, 0.0, 0.0), (h * scale, w * scale), layout="NCHW", method=method,
+                              coordinate_transformation_mode="asymmetric" if method == "nearest_neighbor"
+                              else "half_pixel", rounding_method="floor" if method == "nearest_neighbor" else "")
+    # a copy per output element; bilinear weighs four inputs (about 8 ops)
+    per = 1 if method == "nearest_neighbor" else 8
+    return _workload("upsample", dtype, per * n * c * h * w * scale * scale, [x, out],
+                     n=n, c=c, h=h, w=w, scale=scale, method=method)
+
+
+def log_softmax(*, m: int, n: int, dtype: str = "float32") -> Workload:
+    """log(softmax(x)) over the last axis: a classifier's or language model's output."""
+    x = te.placeholder((m, n), dtype, name="X")
+    # max, subtract, exp, sum, log, subtract
+    return _workload("log_softmax", dtype, 6 * m * n, [x, topi.nn.log_softmax(x, axis=-1)], m=m, n=n)
+
+
+def scale_shift_act(*, n: int, c: int, h: int, w: int, act: str = "relu", dtype: str = "float32") -> Workload:
+    """act(X * scale[c] + shift[c]): batch normalisation folded for inference, then an activation."""
+    if act not in _UNARY:
+        raise ValueError(f"unknown activation {act!r}; known: {', '.join(_UNARY)}")
+    x = te.placeholder((n, c, h, w), dtype, name="X")
+    scale = te.placeholder((c,), dtype, name="scale")
+    shift = te.placeholder((c,), dtype, name="shift")
+    y = te.compute(x.shape, lambda a, b, i, j: x[a, b, i, j] * scale[b] + shift[b], name="scale_shift")
+    out, _, act_flops = _chain(y, act)
+    return _workload("scale_shift_act", dtype, (2 + act_flops) * n * c * h * w, [x, scale, shift, out],
+                     n=n, c=c, h=h, w=w, act=act)
+
+
+def attention(*, b: int, heads: int, s: int, d: int, dtype: str = "float32") -> Workload:
+    """softmax(Q K^T / sqrt(d)) V for each of b x heads heads, as one fused kernel of five blocks."""
+    bh = b * heads
+    q = te.placeholder((bh, s, d), dtype, name="Q")
+    k = te.placeholder((bh, s, d), dtype, name="K")
+    v = te.placeholder((bh, s, d), dtype, name="V")
+    r = te.reduce_axis((0, d), name="d")
+    qk = te.compute((bh, s, s), lambda t, i, j: te.sum(q[t, i, r] * k[t, j, r], axis=r), name="qk")
+    scores = te.compute(qk.shape, lambda *i: qk(*i) * _const(1.0 / math.sqrt(d), dtype), name="scores")
+    probs = topi.nn.softmax(scores, axis=-1)
+    r2 = te.reduce_axis((0, s), name="j")
+    out = te.compute((bh, s, d), lambda t, i, j: te.sum(probs[t, i, r2] * v[t, r2, j], axis=r2), name="out")
+    return _workload("attention", dtype, bh * s * s * (4 * d + 5), [q, k, v, out], b=b, heads=heads, s=s, d=d)
+
+
 GENERATORS: dict[str, Callable[..., Workload]] = {
     "matmul": matmul, "batch_matmul": batch_matmul, "dense_bias_act": dense_bias_act,
     "conv2d_nchw": conv2d_nchw, "conv2d_nhwc": conv2d_nhwc, "depthwise_conv2d": depthwise_conv2d,
     "pool2d": pool2d, "softmax": softmax, "layernorm": layernorm, "rmsnorm": rmsnorm,
     "reduce_row": reduce_row, "elementwise_fusion": elementwise_fusion, "transpose_fusion": transpose_fusion,
+    "gemv": gemv, "conv1d": conv1d, "group_conv2d": group_conv2d, "conv2d_transpose": conv2d_transpose,
+    "global_avg_pool": global_avg_pool, "upsample": upsample, "log_softmax": log_softmax,
+    "scale_shift_act": scale_shift_act, "attention": attention,
 }
 FAMILIES = tuple(GENERATORS)
 
@@ -334,6 +436,47 @@ SAMPLERS: dict[str, Callable[[random.Random], dict]] = {
 }
 
 
+def _divides(c: int, f: int, choices: tuple[int, ...], rng: random.Random) -> int:
+    fits = [g for g in choices if c % g == 0 and f % g == 0]
+    return rng.choice(fits) if fits else 1
+
+
+def _group_conv_shape(rng: random.Random) -> dict:
+    shape = _conv_shape(rng, out_channels=True)
+    shape["kernel"] = rng.choice((1, 3, 3))
+    shape["pad"] = shape["kernel"] // 2
+    shape["groups"] = _divides(shape["c"], shape["f"], (2, 4, 8, 16, 32), rng)
+    if shape["groups"] == 1:  # a grouped convolution needs at least two groups
+        shape["c"], shape["f"], shape["groups"] = 64, 64, rng.choice((4, 8, 32))
+    return shape
+
+
+def _feature_map(rng: random.Random) -> dict:
+    h = rng.choice((7, 14, 28, 56))
+    return dict(n=rng.choice((1, 1, 2, 4)), c=rng.choice(_STAGES[h]), h=h, w=h, dtype=_dtype(rng))
+
+
+SAMPLERS.update({
+    "gemv": lambda r: dict(n=r.choice(_DIMS + (3072, 4096)), k=r.choice(_DIMS + (3072, 4096)), dtype=_dtype(r)),
+    "conv1d": lambda r: (lambda k: dict(n=r.choice((1, 1, 2, 4)), c=r.choice((16, 32, 64, 128, 256)),
+                                        l=r.choice((64, 100, 128, 256, 512, 1024)),
+                                        f=r.choice((16, 32, 64, 128, 256)), kernel=k, stride=r.choice((1, 1, 2)),
+                                        pad=r.choice((0, k // 2)), dtype=_dtype(r)))(r.choice((1, 3, 3, 5, 7))),
+    "group_conv2d": _group_conv_shape,
+    "conv2d_transpose": lambda r: (lambda m: {**m, "f": max(8, m["c"] // r.choice((1, 2))),
+                                              "kernel": r.choice((2, 3, 4)), "stride": 2,
+                                              "pad": r.choice((0, 1))})(_feature_map(r)),
+    "global_avg_pool": _feature_map,
+    "upsample": lambda r: {**_feature_map(r), "scale": r.choice((2, 2, 4)),
+                           "method": r.choice(("nearest_neighbor", "linear"))},
+    "log_softmax": lambda r: {**_rows(r), "n": r.choice(_DIMS + (1000, 2048, 4096))},
+    "scale_shift_act": lambda r: {**_feature_map(r), "act": r.choice(("relu", "relu", "silu", "sigmoid"))},
+    "attention": lambda r: dict(b=r.choice((1, 1, 2, 4)), heads=r.choice((2, 4, 8, 12)),
+                                s=r.choice((16, 32, 49, 64, 128, 196, 256)), d=r.choice((32, 64)),
+                                dtype=_dtype(r)),
+})
+
+
 def sample(family: str, rng: random.Random) -> Workload:
     """One workload of `family` with shapes drawn from `rng`."""
     return GENERATORS[family](**SAMPLERS[family](rng))
@@ -391,23 +534,60 @@ def _quick() -> list[Workload]:
     ]
 
 
-# Sampled suites draw from one stream per seed, so `standard` is the first 300 of `paper`;
-# 54,116 matches the number of workloads in the paper's dataset.
-_SAMPLED_SIZES = {"standard": 300, "paper": 54_116}
-SUITE_NAMES = ("quick", *_SAMPLED_SIZES)
+# The standard suite: this many shapes of every generator family, each at most this much work
+# (float16 counted FLOAT16_COST times: x86 CPUs convert every element to float32 and back), plus
+# every task of these networks that random inputs can run.
+STANDARD_SHAPES = 16
+STANDARD_MAX_WORK = 1 << 27  # 134 MFLOP: an unscheduled run well under a second on one core
+FLOAT16_COST = 16  # measured: a float16 rmsnorm ran at 0.14 GFLOP/s where float32 runs above 2
+STANDARD_MODELS = ("resnet", "mobilenet", "transformer_block")
+PAPER_SIZE = 54_116  # the number of workloads in the paper's dataset
+SUITE_NAMES = ("quick", "standard", "paper")
 
 
-def iter_suite(name: str, seed: int = 0) -> Iterator[Workload]:
-    """Stream a suite's workloads in order, distinct by key; deterministic for (name, seed)."""
-    if name == "quick":
-        yield from _quick()
-        return
-    if name not in _SAMPLED_SIZES:
-        raise ValueError(f"unknown suite {name!r}; known suites: {', '.join(SUITE_NAMES)}")
+def _work(w: Workload) -> int:
+    return w.flops * (FLOAT16_COST if w.dtype == "float16" else 1)
+
+
+def _has_index_inputs(w: Workload) -> bool:
+    """An integer input (a gather's indices): random inputs index out of bounds, so no runner can
+    time it, and the evaluator cannot check it."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return any("int" in str(a.dtype) for a in ArgInfo.from_prim_func(w.mod["main"])[:-1])
+
+
+def _standard(seed: int) -> Iterator[Workload]:
+    """STANDARD_SHAPES shapes per family, drawn per family from its own stream, then the networks."""
+    seen: set[str] = set()
+    for family in FAMILIES:
+        rng = random.Random(f"standard/{seed}/{family}")
+        found, draws = 0, 0
+        while found < STANDARD_SHAPES:
+            draws += 1
+            if draws > 10_000:
+                raise RuntimeError(f"suite 'standard': family {family} yields only {found} shapes under the cap")
+            w = sample(family, rng)
+            if _work(w) > STANDARD_MAX_WORK or w.key in seen:
+                continue
+            seen.add(w.key)
+            found += 1
+            yield w
+    for model in STANDARD_MODELS:
+        for w in extract_model_workloads(model):
+            if _has_index_inputs(w):
+                continue
+            if w.key not in seen:  # a task equal to another (the hash ignores names) is tuned once
+                seen.add(w.key)
+                yield w
+
+
+def _paper(seed: int) -> Iterator[Workload]:
+    """PAPER_SIZE workloads from one stream over all families, any size."""
     rng = random.Random(seed)
     seen_params, seen_keys = set(), set()
     misses = 0
-    while len(seen_keys) < _SAMPLED_SIZES[name]:
+    while len(seen_keys) < PAPER_SIZE:
         family = FAMILIES[rng.randrange(len(FAMILIES))]
         kwargs = SAMPLERS[family](rng)
         # Equal params give equal modules: skip them before paying for create_prim_func.
@@ -417,11 +597,23 @@ def iter_suite(name: str, seed: int = 0) -> Iterator[Workload]:
         if w is None or w.key in seen_keys:
             misses += 1
             if misses > 100_000:  # the shape pools are exhausted; fail rather than spin
-                raise RuntimeError(f"suite {name!r}: shape pools yield only {len(seen_keys)} distinct workloads")
+                raise RuntimeError(f"suite 'paper': shape pools yield only {len(seen_keys)} distinct workloads")
             continue
         misses = 0
         seen_keys.add(w.key)
         yield w
+
+
+def iter_suite(name: str, seed: int = 0) -> Iterator[Workload]:
+    """Stream a suite's workloads in order, distinct by key; deterministic for (name, seed)."""
+    if name == "quick":
+        yield from _quick()
+    elif name == "standard":
+        yield from _standard(seed)
+    elif name == "paper":
+        yield from _paper(seed)
+    else:
+        raise ValueError(f"unknown suite {name!r}; known suites: {', '.join(SUITE_NAMES)}")
 
 
 def suite(name: str, *, seed: int = 0) -> list[Workload]:
@@ -469,7 +661,45 @@ def _transformer_block():
     return Block(), torch.randn(1, 32, 64)
 
 
-MODELS = {"mlp": _mlp, "transformer_block": _transformer_block}
+def _resnet():
+    import torch
+    from torch import nn
+
+    def conv_bn(c: int, f: int, stride: int = 1, kernel: int = 3):
+        return [nn.Conv2d(c, f, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(f)]
+
+    class Basic(nn.Module):
+        """ResNet's basic block: two 3x3 conv-BN, a shortcut (1x1 conv-BN when the shape changes), ReLU."""
+
+        def __init__(self, c: int, f: int, stride: int):
+            super().__init__()
+            self.body = nn.Sequential(*conv_bn(c, f, stride), nn.ReLU(), *conv_bn(f, f))
+            self.short = nn.Sequential(*conv_bn(c, f, stride, 1)) if stride != 1 or c != f else nn.Identity()
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.short(x))
+
+    net = nn.Sequential(*conv_bn(3, 16), nn.ReLU(), Basic(16, 16, 1), Basic(16, 32, 2), Basic(32, 64, 2),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    return net, torch.randn(1, 3, 32, 32)  # CIFAR-sized ResNet
+
+
+def _mobilenet():
+    import torch
+    from torch import nn
+
+    def separable(c: int, f: int, stride: int):
+        """MobileNet's block: 3x3 depthwise conv-BN-ReLU6, then 1x1 pointwise conv-BN-ReLU6."""
+        return [nn.Conv2d(c, c, 3, stride, 1, groups=c, bias=False), nn.BatchNorm2d(c), nn.ReLU6(),
+                nn.Conv2d(c, f, 1, bias=False), nn.BatchNorm2d(f), nn.ReLU6()]
+
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6(),
+                        *separable(16, 32, 1), *separable(32, 64, 2), *separable(64, 64, 1),
+                        *separable(64, 128, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+    return net, torch.randn(1, 3, 64, 64)
+
+
+MODELS = {"mlp": _mlp, "transformer_block": _transformer_block, "resnet": _resnet, "mobilenet": _mobilenet}
 
 
 def extract_model_workloads(model: str = "mlp", *, target=None) -> list[Workload]:

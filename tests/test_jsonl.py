@@ -164,3 +164,34 @@ def test_write_atomic_replaces_the_whole_file(tmp_path):
     write_atomic(path, '{"a": 1}\n')
     write_atomic(path, '{"a": 2}\n')
     assert read_json(path) == {"a": 2} and os.listdir(tmp_path) == ["report.json"]
+
+
+def test_sealing_keeps_every_complete_line_in_the_same_bytes_and_never_replaces(tmp_path):
+    from dragonlab.jsonl import seal
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path in (a, b):
+        append_lines(path, [{"n": i, "pad": "x" * 50} for i in range(3000)])
+        with open(path, "ab") as f:
+            f.write(b'{"n": "torn')
+    sealed = seal(a)
+    assert sealed == tmp_path / "a.jsonl.gz" and not a.exists()
+    assert [d["n"] for d in read_lines(sealed)] == list(range(3000))
+    assert sealed.stat().st_size < 20_000  # compressed
+    assert seal(b).read_bytes() == sealed.read_bytes()  # no timestamp: the same lines, the same file
+    append_lines(a, [{"n": "more"}])
+    with pytest.raises(FileExistsError, match="a.jsonl.gz already exists"):
+        seal(a)
+    assert a.exists() and [d["n"] for d in read_lines(sealed)] == list(range(3000))
+
+
+@pytest.mark.parametrize("content", [b"not gzip at all\n", None])
+def test_a_damaged_sealed_file_is_an_error_naming_it(tmp_path, content):
+    from dragonlab.jsonl import seal
+
+    path = tmp_path / "a.jsonl"
+    append_lines(path, [{"n": i} for i in range(1000)])
+    sealed = seal(path)
+    sealed.write_bytes(content if content is not None else sealed.read_bytes()[:-20])  # or cut short
+    with pytest.raises(JsonFormatError, match=f"{sealed}: not a readable gzip file"):
+        list(read_lines(sealed))

@@ -89,6 +89,35 @@ def test_shards_merge_without_duplicates(tmp_path):
     assert len(out.records()) == 2 and out.done() == {("123", "cpu"): 16}
 
 
+def test_a_sealed_shard_reads_as_it_is_while_another_shard_goes_on(tmp_path, capsys):
+    from dragonlab.cli import main
+    from dragonlab.workloads import matmul
+
+    w = matmul(m=8, n=8, k=8)
+    done = RecordStore(tmp_path, shard="0-of-2", create=True)
+    live = RecordStore(tmp_path, shard="1-of-2")
+    done.add_workloads([w])
+    done.append([_ok(TRACE_A, workload=w.key)])
+    done.mark_done(w.key, "cpu", 1)
+    live.append([_ok(TRACE_B, workload=w.key)])
+    before = (done.workloads(), done.records(), done.done())
+    assert main(["records", "seal", str(tmp_path), "--shard", "0/2"]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["progress.0-of-2.jsonl.gz", "records.0-of-2.jsonl.gz", "records.1-of-2.jsonl",
+                     "workloads.jsonl.gz"]
+    assert (done.workloads(), done.records(), done.done()) == before  # every reader reads it as it is
+    live.add_workloads([w])  # known from the sealed file: nothing appended, nothing unsealed
+    live.append([_ok(TRACE_A, workload=w.key)])  # a duplicate of a sealed record: dropped on read
+    assert not (tmp_path / "workloads.jsonl").exists() and len(live.records()) == 2
+    capsys.readouterr()
+    assert main(["records", "stats", str(tmp_path)]) == 0
+    assert "total: 2 records" in capsys.readouterr().out
+    assert main(["records", "seal", str(tmp_path), "--shard", "0/2"]) == 0
+    assert "nothing to seal" in capsys.readouterr().out
+    assert main(["records", "seal", str(tmp_path), "--shard", "2/2"]) == 2
+    assert "--shard must be I/N" in capsys.readouterr().err
+
+
 def test_stats_count_statuses_and_latency_spread(tmp_path):
     recs = [_ok(TRACE_A, secs=(2e-3,)), _ok(TRACE_B, secs=(1e-3,)),
             Record("123", "cpu", [[], []], TIMEOUT, None, "Timeout")]
