@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # One torch thread per process: on 2-core machines two contended OpenMP threads were 3x slower.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: demo test install chromium clean
+.PHONY: demo test install chromium clean standard-corpus
 
 $(BIN)/dragonlab: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,17 @@ chromium:
 
 test: install chromium
 	$(BIN)/python -m pytest -q
+
+# The shipped corpus (data/cpu-standard-v1; docs/dataset.md): hours on 2 cores, resumable.
+CORPUS := data/cpu-standard-v1
+standard-corpus: install
+	for i in 0 1 2 3; do \
+		$(BIN)/dragonlab collect --suite standard --trials 32 --shard $$i/4 --out $(CORPUS) && \
+		$(BIN)/dragonlab records seal $(CORPUS) --shard $$i/4 || exit 1; \
+	done
+	$(BIN)/dragonlab collect --suite standard --benchmark-search $(CORPUS)/benchmark.json --out $(CORPUS)
+	$(BIN)/dragonlab records seal $(CORPUS)
+	$(BIN)/dragonlab records card $(CORPUS)
 
 clean:
 	rm -rf runs .pytest_cache

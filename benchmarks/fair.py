@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import datetime
 import os
-import platform
 import sys
 
 import psutil
+
+from dragonlab.collect import machine as dragonlab_machine
 
 BUSY_CORES = 0.25  # CPU other processes may use while a benchmark runs, in cores
 
@@ -21,12 +22,10 @@ BUSY_CORES = 0.25  # CPU other processes may use while a benchmark runs, in core
 def machine(allow_contended: bool) -> bool:
     """Print the machine and its load; exit 3 on a busy machine unless `allow_contended`, in which
     case the figures are marked contended. Returns whether the machine was idle."""
-    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")),
-                 platform.processor() or platform.machine())
+    m = dragonlab_machine()
     busy = psutil.cpu_percent(interval=2.0) / 100 * (psutil.cpu_count() or 1)
-    print(f"machine: {model}, {psutil.cpu_count(logical=False)} cores ({psutil.cpu_count()} threads), "
-          f"{psutil.virtual_memory().total / 2**30:.0f} GiB; {datetime.date.today()}; "
-          f"other processes used {busy:.2f} cores over 2 s", flush=True)
+    print(f"machine: {m['cpu']}, {m['cores']} cores ({m['threads']} threads), {m['memory_gib']} GiB; "
+          f"{datetime.date.today()}; other processes used {busy:.2f} cores over 2 s", flush=True)
     if busy <= BUSY_CORES:
         return True
     message = (f"the machine is busy ({busy:.2f} cores in use by other processes, more than {BUSY_CORES}): "
@@ -36,14 +35,6 @@ def machine(allow_contended: bool) -> bool:
         sys.exit(3)
     print(f"CONTENDED: {message}; the figures below are not comparable with idle runs", flush=True)
     return False
-
-
-def _cpuinfo() -> list[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return f.read().splitlines()
-    except OSError:
-        return []
 
 
 def refuse_unequal(what: str, first_error: str | None) -> int:

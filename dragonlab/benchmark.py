@@ -10,8 +10,8 @@ structural hash that records and datasets join on, in three splits:
 - `validation`: the same kinds again (one unseen shape per family, the other half of each
   held-out family), for choosing checkpoints and recipes without touching the test splits.
 
-`search_512` lists the benchmark workloads whose MetaSchedule search runs to 512 trials (one
-per family, 24 at most); every other benchmark workload's search runs to 128.
+`search` gives every judged workload (test and test_family) the trials its stored MetaSchedule
+search runs to: 512 for one workload per family (24 at most), 128 for the others.
 
 `define` draws the splits from a suite deterministically (by `sha256(seed/key)` within each op
 family), so the file can be checked against the code that wrote it; `load` validates a file
@@ -35,7 +35,7 @@ SPLITS = ("test", "test_family", "validation")
 # conv1d and gemv are near relatives of trained families (conv2d, matmul); MobileNet's fused
 # convolution + batch norm + ReLU6 (a clip) occurs only in an extracted network.
 HELD_OUT = ("conv1d", "gemv", "model:fused_conv2d_subtract_divide_expand_dims_multiply_expand_dims_add_tir_clip")
-SEARCH_512 = 24
+SEARCH_LONG, SEARCH_LONG_TRIALS, SEARCH_TRIALS = 24, 512, 128
 
 
 class BenchmarkFormatError(ValueError):
@@ -49,7 +49,7 @@ class Benchmark:
     held_out_families: tuple[str, ...]
     splits: dict[str, tuple[str, ...]]  # split -> workload keys
     names: dict[str, str]  # workload key -> name, for people reading the file
-    search_512: tuple[str, ...]  # benchmark keys whose search runs to 512 trials
+    search: dict[int, tuple[str, ...]]  # trials -> the judged workloads whose search runs to them
 
     def split_of(self, key: str) -> str | None:
         """The benchmark split of a workload key, or None for a training workload."""
@@ -64,12 +64,13 @@ class Benchmark:
         return self.splits["test"] + self.splits["test_family"]
 
     def search_trials(self, key: str) -> int:
-        return 512 if key in self.search_512 else 128
+        """The trials the stored search of a judged workload runs to."""
+        return next(t for t, keys in self.search.items() if key in keys)
 
     def to_json(self) -> dict:
         return {"name": self.name, "doc": self.doc, "held_out_families": list(self.held_out_families),
                 "splits": {s: [{"key": k, "name": self.names[k]} for k in self.splits[s]] for s in SPLITS},
-                "search_512": list(self.search_512)}
+                "search": {str(t): list(keys) for t, keys in self.search.items()}}
 
 
 def op_family(w: Workload) -> str:
@@ -116,8 +117,10 @@ def define(workloads: list[Workload], *, name: str, held_out: tuple[str, ...] = 
            f"{len(splits['test_family'])} of the held-out families {', '.join(held_out)}, and "
            f"{len(splits['validation'])} validation workloads of both kinds. Written by dragonlab.benchmark.define "
            f"(seed {seed}); every report judges test and test_family unless told otherwise.")
+    long = tuple(firsts[:SEARCH_LONG])
+    rest = tuple(k for k in splits["test"] + splits["test_family"] if k not in long)
     return Benchmark(name, doc, tuple(held_out), {s: tuple(v) for s, v in splits.items()},
-                     {k: names[k] for v in splits.values() for k in v}, tuple(firsts[:SEARCH_512]))
+                     {k: names[k] for v in splits.values() for k in v}, {SEARCH_LONG_TRIALS: long, SEARCH_TRIALS: rest})
 
 
 def save(benchmark: Benchmark, path: str | os.PathLike) -> None:
@@ -137,7 +140,7 @@ def load(path: str | os.PathLike) -> Benchmark:
     if not isinstance(d, dict):
         raise bad("<root>", "expected a JSON object")
     for field, kind in (("name", str), ("doc", str), ("held_out_families", list), ("splits", dict),
-                        ("search_512", list)):
+                        ("search", dict)):
         if not isinstance(d.get(field), kind):
             raise bad(field, f"missing or not {'a string' if kind is str else 'an ' + kind.__name__}")
     splits, names, seen = {}, {}, set()
@@ -160,12 +163,20 @@ def load(path: str | os.PathLike) -> Benchmark:
     if unknown:
         raise bad("splits", f"unknown split {sorted(unknown)[0]!r}; known: {', '.join(SPLITS)}")
     judged = set(splits["test"]) | set(splits["test_family"])
-    for i, k in enumerate(d["search_512"]):
-        if k not in judged:
-            raise bad(f"search_512[{i}]", f"{k!r} is not a test or test_family workload")
+    search, searched = {}, set()
+    for trials, keys in d["search"].items():
+        if not (trials.isdigit() and int(trials) > 0 and isinstance(keys, list)):
+            raise bad(f"search.{trials}", "expected positive trials mapped to a list of workload keys")
+        for i, k in enumerate(keys):
+            if k not in judged or k in searched:
+                raise bad(f"search.{trials}[{i}]", f"{k!r} is not a test or test_family workload, or listed twice")
+            searched.add(k)
+        search[int(trials)] = tuple(keys)
+    if searched != judged:
+        raise bad("search", f"no trials for workload {sorted(judged - searched)[0]}")
     if not all(isinstance(f, str) for f in d["held_out_families"]):
         raise bad("held_out_families", "expected a list of strings")
-    return Benchmark(d["name"], d["doc"], tuple(d["held_out_families"]), splits, names, tuple(d["search_512"]))
+    return Benchmark(d["name"], d["doc"], tuple(d["held_out_families"]), splits, names, search)
 
 
 def find(records_path: str | os.PathLike) -> Path | None:

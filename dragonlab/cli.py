@@ -8,6 +8,8 @@ is overwritten. Anything else is a bug and shows its traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import math
 import os
 import sys
@@ -80,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("store", type=Path)
     c.add_argument("--shard", default=None, help="I/N: seal only this shard's files (and the workload file)")
     c.set_defaults(run=_records_seal)
+    c = rsub.add_parser("card", help="write a record store's README.md: counts, machine, time, benchmark, rebuild")
+    c.add_argument("store", type=Path)
+    c.set_defaults(run=_records_card)
     rec.set_defaults(run=lambda a: rec.print_help() or 2)
 
     c = sub.add_parser("evaluate", help="evaluate every record of record stores or MetaSchedule databases")
@@ -139,7 +144,11 @@ def _collect_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--suite", default="quick", help="quick | standard | paper")
     c.add_argument("--only", default=None, help="comma-separated workload names of the suite")
     c.add_argument("--target", default="cpu")
-    c.add_argument("--trials", type=int, default=32, help="measured candidates per workload")
+    c.add_argument("--trials", type=int, default=None, help="measured candidates per workload (default 32)")
+    c.add_argument("--benchmark-search", type=Path, default=None, metavar="BENCHMARK",
+                   help="search the benchmark's test and test_family workloads of the suite to the trials the "
+                        "benchmark file gives each (512 or 128), continuing from their records; written as "
+                        "shard 'search'")
     c.add_argument("--per-round", type=int, default=16, help="candidates per search round")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--out", type=Path, required=True, help="record store directory")
@@ -195,16 +204,28 @@ def _finite(text: str, what: str, ok) -> float:
 
 
 def _collect(args) -> int:
-    from dragonlab.collect import CollectConfig, collect, shard, shard_name
+    from dragonlab.collect import CollectConfig, collect, machine, shard, shard_name
     from dragonlab.measure import MeasureConfig
     from dragonlab.records import RecordStore
     from dragonlab.targets import get_target
     from dragonlab.workloads import suite
 
-    for name in ("trials", "per_round", "repeat", "number"):
-        _positive(f"--{name.replace('_', '-')}", getattr(args, name))
+    if args.benchmark_search and args.trials is not None:
+        raise UsageError("--benchmark-search takes each workload's trials from the benchmark: leave out --trials")
+    trials = args.trials if args.trials is not None else 32
+    for name, value in (("trials", trials), ("per_round", args.per_round), ("repeat", args.repeat),
+                        ("number", args.number)):
+        _positive(f"--{name.replace('_', '-')}", value)
+    bench = _load_benchmark(args.benchmark_search) if args.benchmark_search else None
     target = get_target(args.target)
     workloads = suite(args.suite, seed=args.seed)
+    if bench is not None:
+        known = {w.key for w in workloads}
+        missing = [k for k in bench.judged() if k not in known]
+        if missing:
+            raise UsageError(f"--benchmark-search: {args.benchmark_search} names workload {missing[0]} "
+                             f"({bench.names[missing[0]]}), which is not in suite {args.suite!r}")
+        workloads = [w for w in workloads if w.key in set(bench.judged())]
     if args.only:
         wanted = args.only.split(",")
         names = {w.name for w in workloads}
@@ -213,20 +234,47 @@ def _collect(args) -> int:
             raise UsageError(f"--only: {unknown[0]!r} is not a workload of suite {args.suite!r}")
         workloads = [w for w in workloads if w.name in wanted]
     workloads = shard(workloads, args.shard)
-    store = RecordStore(args.out, shard=shard_name(args.shard) if args.shard else "", create=True)
+    suffix = ".".join(p for p in ("search" if bench else "", shard_name(args.shard) if args.shard else "") if p)
+    store = RecordStore(args.out, shard=suffix, create=True)
     config = CollectConfig(
-        trials=args.trials, trials_per_round=args.per_round, seed=args.seed, runner=args.runner,
+        trials=trials, trials_per_round=args.per_round, seed=args.seed, runner=args.runner,
         tracker=args.tracker, key=args.key,
         measure=MeasureConfig(number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
                               build_timeout_sec=args.timeout, run_timeout_sec=args.timeout))
-    start = time.monotonic()
-    summary = collect(workloads, target, store, config)
+    # the benchmark gives each workload its budget: one collection per budget, largest first
+    budgets = ({t: [w for w in workloads if w.key in keys] for t, keys in sorted(bench.search.items(), reverse=True)}
+               if bench else {trials: workloads})
+    began, start = _now(), time.monotonic()
+    summaries = []
+    try:
+        for budget, group in budgets.items():
+            if group:
+                summaries.append(collect(group, target, store, dataclasses.replace(config, trials=budget)))
+    finally:  # a run stopped by Ctrl-C still says what it measured, and for how long
+        measured = sum(s.measured for s in summaries)
+        store.log_run({"started": began, "finished": _now(), "wall_s": round(time.monotonic() - start, 1),
+                       "suite": args.suite, "seed": args.seed, "shard": args.shard, "target": target.name,
+                       "trials": {str(b): len(g) for b, g in budgets.items() if g}, "measured": measured,
+                       "settings": dataclasses.asdict(config) | {"trials": None}, "machine": machine()})
     minutes = (time.monotonic() - start) / 60
-    print(f"collected {summary.measured} new records for {len(workloads)} workloads on {target.name} "
-          f"in {minutes:.1f} min ({summary.skipped} already done, {summary.timeouts} timeouts) -> {args.out}")
-    for line in summary.failed_workloads:
+    skipped = sum(s.skipped for s in summaries)
+    timeouts = sum(s.timeouts for s in summaries)
+    print(f"collected {measured} new records for {len(workloads)} workloads on {target.name} "
+          f"in {minutes:.1f} min ({skipped} already done, {timeouts} timeouts) -> {args.out}")
+    failed = [line for s in summaries for line in s.failed_workloads]
+    for line in failed:
         print(f"  workload failed: {line}", file=sys.stderr)
-    return 1 if summary.failed_workloads else 0
+    return 1 if failed else 0
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _load_benchmark(path: Path):
+    from dragonlab.benchmark import load
+
+    return load(path)
 
 
 def _records_import(args) -> int:
@@ -270,6 +318,16 @@ def _records_seal(args) -> int:
         print(f"sealed {path} ({path.stat().st_size / 1e6:.2f} MB)")
     if not sealed:
         print(f"nothing to seal in {args.store}")
+    return 0
+
+
+def _records_card(args) -> int:
+    from dragonlab.corpus import card
+    from dragonlab.jsonl import write_atomic
+
+    text = card(args.store)
+    write_atomic(args.store / "README.md", text)
+    print(f"wrote {args.store / 'README.md'}")
     return 0
 
 

@@ -63,6 +63,28 @@ def shard(workloads: list[Workload], spec: str | None) -> list[Workload]:
     return [w for w in workloads if int(w.key) % n == i]
 
 
+def machine() -> dict:
+    """The machine that measures: CPU model, cores, memory, OS, and the versions that matter."""
+    import os
+    import platform
+
+    import psutil
+    import tvm
+
+    from dragonlab import __version__
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        model = None
+    return {"cpu": model or platform.processor() or platform.machine(),
+            "cores": psutil.cpu_count(logical=False), "threads": psutil.cpu_count(),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30), "os": platform.platform(),
+            "python": platform.python_version(), "tvm": tvm.__version__, "dragonlab": __version__,
+            "load_average": round(os.getloadavg()[0], 2)}
+
+
 def shard_name(spec: str) -> str:
     """The file suffix of shard `i/n`: "i-of-n" (records.i-of-n.jsonl)."""
     shard([], spec)  # validates

@@ -5,6 +5,7 @@ A `RecordStore` is a directory:
     workloads.jsonl          one line per workload: the exact IRModule it was tuned on
     records[.SHARD].jsonl    one line per measured candidate (a `Record`)
     progress[.SHARD].jsonl   one line per (workload, target) whose collection finished
+    collection[.SHARD].jsonl one line per `dragonlab collect` run: machine, versions, settings, time
 
 Every file is append-only (`dragonlab.jsonl`: a torn last line left by a kill is ignored on
 read and cut off before the next append, so a kill -9 loses at most the lines being written).
@@ -156,12 +157,19 @@ class RecordStore:
         append_lines(self.root / f"progress{self._suffix}.jsonl",
                      [{"workload": workload, "target": target, "trials": trials}])
 
+    def log_run(self, entry: dict) -> None:
+        append_lines(self.root / f"collection{self._suffix}.jsonl", [entry])
+
     # reading -------------------------------------------------------------------------------
+    def runs(self) -> list[dict]:
+        """Every logged collection run (see `log_run`), in file order."""
+        return [d for path in self.files("collection") for d in read_lines(path, _run, error=RecordFormatError)]
+
     def seal(self, shard: str | None = None) -> list[Path]:
         """Compress the plain files (of one shard, and the workload file) into sealed `.gz` files."""
-        names = [f"records.{shard}.jsonl", f"progress.{shard}.jsonl"] if shard else None
+        names = [f"{stem}.{shard}.jsonl" for stem in ("records", "progress", "collection")] if shard else None
         out = []
-        for path in self.files("workloads") + self.files("records") + self.files("progress"):
+        for path in [p for stem in ("workloads", "records", "progress", "collection") for p in self.files(stem)]:
             if path.suffix == ".jsonl" and (names is None or path.name in names or path.name == "workloads.jsonl"):
                 out.append(seal(path))
         return out
@@ -206,6 +214,12 @@ def _progress(d: dict) -> tuple[str, str, int]:
             and type(d.get("trials")) is int):
         raise RecordFormatError("expected workload, target and trials")
     return d["workload"], d["target"], d["trials"]
+
+
+def _run(d: dict) -> dict:
+    if not (isinstance(d, dict) and isinstance(d.get("wall_s"), (int, float)) and isinstance(d.get("machine"), dict)):
+        raise RecordFormatError("expected a collection run with wall_s and machine")
+    return d
 
 
 def merge(sources: Iterable[RecordStore], out: RecordStore) -> int:

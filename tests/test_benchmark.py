@@ -41,8 +41,8 @@ def test_the_benchmark_has_unseen_shapes_and_whole_held_out_families(standard):
     assert any(f not in GENERATORS for f in held)  # one held-out family only in an extracted network
     val = Counter(family[k] for k in b.splits["validation"])
     assert held <= set(val) and len(set(val) - held) >= 20  # validation: both kinds again
-    assert len(b.search_512) == 24 and set(b.search_512) <= set(b.judged())
-    assert b.search_trials(b.search_512[0]) == 512 and b.search_trials(b.splits["test"][-1]) in (128, 512)
+    assert len(b.search[512]) == 24 and sorted(b.search[512] + b.search[128]) == sorted(b.judged())
+    assert {b.search_trials(k) for k in b.judged()} == {128, 512}
 
 
 def test_extracted_tasks_group_into_op_families_without_tvms_counters(standard):
@@ -56,7 +56,9 @@ def test_extracted_tasks_group_into_op_families_without_tvms_counters(standard):
     (lambda d: d["splits"]["test"].append({"key": "12x", "name": "n"}), "splits.test[45]"),
     (lambda d: d["splits"]["validation"].append(dict(d["splits"]["test"][0])), "splits.validation[44]"),
     (lambda d: d["splits"].update(train=[]), "splits"),
-    (lambda d: d["search_512"].append(d["splits"]["validation"][0]["key"]), "search_512[24]"),
+    (lambda d: d["search"]["512"].append(d["splits"]["validation"][0]["key"]), "search.512[24]"),
+    (lambda d: d["search"]["128"].pop(), "search"),
+    (lambda d: d["search"].update({"-1": []}), "search.-1"),
 ])
 def test_a_malformed_benchmark_names_the_field(tmp_path, edit, field):
     d = json.loads(SHIPPED.read_text())
@@ -75,7 +77,7 @@ def _tiny_benchmark(collected, stores) -> Benchmark:
     reduce_row = next(iter(RecordStore(stores[1]).workloads().values()))
     keys = {"test": (matmul.key,), "test_family": (reduce_row.key,), "validation": ()}
     names = {matmul.key: matmul.name, reduce_row.key: reduce_row.name}
-    return Benchmark("tiny", "a test", ("reduce_row",), keys, names, (matmul.key,))
+    return Benchmark("tiny", "a test", ("reduce_row",), keys, names, {3: (matmul.key,), 2: (reduce_row.key,)})
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ timeouts kept apart from failures, the RPC runner on loopback, and the CLI's err
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -82,6 +83,9 @@ def test_collect_resumes_after_kill_without_loss_or_duplicates(tmp_path):
         recs = store.records(workload=key)
         assert len(recs) == 8 and all(r.status == OK for r in recs)
         assert sorted(r.trial for r in recs) == list(range(8))
+    [run] = store.runs()  # the killed run logged nothing; the resumed one says what it did
+    assert run["measured"] == 16 - kept.count(b"\n") and run["wall_s"] > 0 and run["trials"] == {"8": 2}
+    assert run["machine"]["cores"] >= 1 and run["machine"]["tvm"].startswith("0.27")
 
 
 def test_timeouts_are_retried_and_never_stored_as_failures(tmp_path):
@@ -121,6 +125,39 @@ def test_rpc_key_without_server_fails_fast(rpc_tracker):
     with pytest.raises(RunnerUnavailableError, match="no RPC tracker"):
         check_tracker("127.0.0.1", free_port(), "loopcpu", timeout_sec=2)
     assert time.monotonic() - start < 10
+
+
+def test_benchmark_search_continues_each_judged_workload_to_its_budget(collected, tmp_path, capsys):
+    from dragonlab.benchmark import Benchmark, save
+
+    root, (matmul, softmax), _ = collected
+    store = tmp_path / "store"
+    shutil.copytree(root, store)
+    bench = Benchmark("tiny", "a test", ("softmax",), {"test": (matmul.key,), "test_family": (softmax.key,),
+                      "validation": ()}, {matmul.key: matmul.name, softmax.key: softmax.name},
+                      {10: (matmul.key,), 9: (softmax.key,)})
+    save(bench, store / "benchmark.json")  # shipped beside the records, as the card expects
+    args = ["collect", "--suite", "quick", "--out", str(store), "--benchmark-search", str(store / "benchmark.json"),
+            "--per-round", "2"]
+    assert main(args) == 0
+    s = RecordStore(store)
+    assert len(s.records(workload=matmul.key)) == 10 and len(s.records(workload=softmax.key)) == 9
+    assert {r.workload for r in RecordStore(store, shard="search").records()} == {matmul.key, softmax.key}
+    assert (store / "records.search.jsonl").exists() and s.done()[(matmul.key, "cpu")] == 10
+    assert [r["trials"] for r in s.runs()] == [{"10": 1, "9": 1}]
+    assert main(["records", "card", str(store)]) == 0
+    text = (store / "README.md").read_text()
+    assert f"2 workloads, {len(s.records())} records" in text and "core-hours" in text
+    assert "1 workloads to 10 trials (1 reached); 1 workloads to 9 trials (1 reached)" in text
+    capsys.readouterr()
+    assert main([*args[:-2], "--trials", "4"]) == 2
+    assert "leave out --trials" in capsys.readouterr().err
+    bench.splits["test"] = ("123",)
+    bench.search[10] = ("123",)
+    bench.names["123"] = "elsewhere"
+    save(bench, store / "benchmark.json")
+    assert main(args) == 2
+    assert "names workload 123 (elsewhere), which is not in suite 'quick'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, message", [
