@@ -137,6 +137,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--sft-steps", type=int, default=200)
     c.add_argument("--rl-steps", type=int, default=6)
     c.set_defaults(run=_demo)
+
+    c = sub.add_parser("campaign", help="every stage at one scale from a campaign file (campaigns/*.toml)",
+                       description="Check a campaign on this machine without a GPU and estimate its device-hours "
+                                   "(--dry-run: exit 1 if a check fails), or run it: campaigns/quick.toml runs as "
+                                   "`dragonlab demo`; for the others the commands are printed (docs/scale.md).")
+    c.add_argument("--config", type=Path, required=True, help="a campaign file, e.g. campaigns/paper.toml")
+    c.add_argument("--dry-run", action="store_true", help="check what needs no GPU, then estimate device-hours")
+    c.set_defaults(run=_campaign)
     return p
 
 
@@ -265,6 +273,13 @@ def _collect(args) -> int:
     for line in failed:
         print(f"  workload failed: {line}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _is_main() -> bool:
+    """Under `accelerate launch` only the main process prints the summary."""
+    from dragonlab.rundir import is_main
+
+    return is_main()
 
 
 def _now() -> str:
@@ -523,6 +538,25 @@ def _demo(args) -> int:
     return 0
 
 
+def _campaign(args) -> int:
+    from dragonlab import campaign
+
+    c = campaign.load(args.config)
+    if args.dry_run:
+        start = time.monotonic()
+        checks = campaign.dry_run(c)
+        print(campaign.format_checks(c, checks, time.monotonic() - start))
+        print(campaign.format_estimate(c, campaign.estimate(c, checks), checks))
+        return 0 if all(check.ok for check in checks) else 1
+    demo = campaign.demo_options(c)
+    if demo is None:
+        print("\n".join(campaign.plan(c)))
+        raise UsageError(f"{args.config}: only --dry-run is implemented for this campaign; the commands above are "
+                         "what it would run (a campaign runs from here only as `dragonlab demo`: campaigns/quick.toml "
+                         "with other out, trials or steps)")
+    return _demo(argparse.Namespace(**demo))
+
+
 def _dataset_commands(sub) -> None:
     # Options left out take DatasetConfig's defaults (given in the help; importing the
     # config here would import TVM and make --help slow).
@@ -572,6 +606,9 @@ def _model_commands(sub) -> None:
     c.add_argument("--eval-steps", type=int, help="judge validation attempts every N steps (default 0: off)")
     c.add_argument("--eval-examples", type=int, help="validation examples judged each time (default 16)")
     c.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 100)")
+    c.add_argument("--logging-steps", type=int, help="log the loss every N steps (default 10)")
+    c.add_argument("--report-to", choices=("none", "tensorboard"),
+                   help="also log the curves to TensorBoard (event files under OUT/tensorboard; default none)")
     c.add_argument("--seed", type=int, help="default 0")
     c.add_argument("--constrained-eval", action="store_true", default=None,
                    help="judge the validation attempts with constrained decoding")
@@ -612,6 +649,11 @@ def _rl_commands(sub) -> None:
     c.add_argument("--beta", type=_non_negative_number, help="KL coefficient (default 0.04; 0 = no reference model)")
     c.add_argument("--temperature", type=_positive_number, help="rollout temperature (default 1.0)")
     c.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 20)")
+    c.add_argument("--logging-steps", type=int, help="log the reward's components every N steps (default 1)")
+    c.add_argument("--report-to", choices=("none", "tensorboard"),
+                   help="also log the curves to TensorBoard (event files under OUT/tensorboard; default none)")
+    c.add_argument("--generation", choices=("transformers", "vllm"),
+                   help="who generates rollouts: the model (default) or trl's vLLM engine (CUDA GPUs, vllm installed)")
     c.add_argument("--seed", type=int, help="default 0")
     c.add_argument("--constrained", action="store_true", default=None,
                    help="constrained decoding of the rollouts (every script decodes and applies)")
@@ -705,13 +747,15 @@ def _rl(args) -> int:
     from dragonlab.rl import RLConfig, train
 
     options = ("max_steps", "learning_rate", "num_generations", "prompts_per_step", "beta", "temperature",
-               "save_steps", "seed", "constrained")
+               "save_steps", "logging_steps", "seed", "constrained", "report_to", "generation")
     config = RLConfig(**{name: getattr(args, name) for name in options if getattr(args, name) is not None})
     start = time.monotonic()
     run = train(args.source, args.data, args.out, config)
     rewards = [d["reward"] for d in run.log if "reward" in d]
     resumed = f", resumed from step {run.resumed_from}" if run.resumed_from else ""
     tail = rewards[-10:]
+    if not _is_main():
+        return 0
     print(f"GRPO for {run.steps} steps in {time.monotonic() - start:.0f} s{resumed}; mean reward of the last "
           f"{len(tail)} steps {sum(tail) / max(1, len(tail)):.3f} -> {run.model_dir}")
     return 0
@@ -762,12 +806,14 @@ def _sft(args) -> int:
     from dragonlab.sft import SFTConfig, train
 
     options = ("preset", "max_steps", "learning_rate", "batch_size", "max_length", "eval_steps", "eval_examples",
-               "save_steps", "seed", "constrained_eval", "threads")
+               "save_steps", "logging_steps", "seed", "constrained_eval", "threads", "report_to")
     config = SFTConfig(**{name: getattr(args, name) for name in options if getattr(args, name) is not None})
     start = time.monotonic()
     run = train(args.data, args.out, config)
     losses = [d["loss"] for d in run.log if "loss" in d]
     resumed = f", resumed from step {run.resumed_from}" if run.resumed_from else ""
+    if not _is_main():
+        return 0
     print(f"trained {config.preset} for {run.steps} steps in {time.monotonic() - start:.0f} s{resumed}; "
           f"final loss {losses[-1] if losses else float('nan'):.3f} -> {run.model_dir}")
     return 0

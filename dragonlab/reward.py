@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from dragonlab.evaluate import Evaluation
+if TYPE_CHECKING:  # the reward is arithmetic on a verdict: importing it does not import TVM
+    from dragonlab.evaluate import Evaluation
 
 
 @dataclass(frozen=True)

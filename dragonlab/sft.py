@@ -17,18 +17,25 @@ Output directory:
 A checkpoint counts as complete once `trainer_state.json`, the last file the Trainer writes,
 is in it; an incomplete one (a kill during the save) is removed before resuming. After a
 resume the steps since the last checkpoint are trained and logged again: readers of
-`log.jsonl` keep the last line per step (`read_log` does).
+`log.jsonl` keep the last line per step (`read_log` does). `dragonlab.rundir` holds all this.
+
+`accelerate launch` runs it on several processes (DDP; `configs/accelerate/`, `docs/scale.md`):
+`batch_size` is the global batch, split evenly over the processes, so a config trains the same
+way on one process or many; only the main process writes the run directory.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from dragonlab.jsonl import append_lines, read_json, read_lines, write_atomic
+from dragonlab.jsonl import append_lines
+from dragonlab.rundir import (REPORT_TO, claim, is_main, last_complete_checkpoint, log_callback, main_first,
+                              per_process, read_log, reporting, step_of, wait_for_everyone)
+
+__all__ = ["SFTConfig", "SFTRun", "train", "read_log"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,8 @@ class SFTConfig:
     preset: str = field(default="scratch-small", metadata={"help": "a preset of dragonlab.models or a local checkpoint"})
     max_steps: int | None = field(default=None, metadata={"help": "optimizer steps; None = the preset's"})
     learning_rate: float | None = field(default=None, metadata={"help": "peak learning rate; None = the preset's"})
-    batch_size: int | None = field(default=None, metadata={"help": "examples per step; None = the preset's"})
+    batch_size: int | None = field(default=None, metadata={"help": "examples per optimizer step, over all "
+                                                                   "processes; None = the preset's"})
     max_length: int = field(default=2048, metadata={"help": "tokens of prompt + completion; longer ones are dropped"})
     warmup_ratio: float = field(default=0.05, metadata={"help": "share of steps with a rising learning rate"})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
@@ -49,6 +57,8 @@ class SFTConfig:
     seed: int = field(default=0, metadata={"help": "seeds initialisation, shuffling and sampling"})
     threads: int = field(default=1, metadata={"help": "torch threads: 1 is fastest when other jobs share the cores, "
                                                       "all of them when training runs alone"})
+    report_to: str = field(default="none", metadata={"help": "also log the curves to: 'none' or 'tensorboard' "
+                                                             "(event files under OUT/tensorboard)"})
 
     def __post_init__(self):
         for name in ("max_steps", "batch_size"):
@@ -61,6 +71,8 @@ class SFTConfig:
             raise ValueError(f"SFTConfig.learning_rate must be positive, got {self.learning_rate}")
         if self.max_length < 16:
             raise ValueError(f"SFTConfig.max_length must be at least 16, got {self.max_length}")
+        if self.report_to not in REPORT_TO:
+            raise ValueError(f"SFTConfig.report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,8 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     if "train" not in dsd:
         raise ValueError(f"{data}: the dataset has no train split")
     preset = models.get_preset(config.preset)
-    _claim(out, config, data)
+    with main_first():
+        claim(out, config, data)
     if (out / "model").is_dir():  # this run finished before: nothing to train
         log = read_log(out / "log.jsonl")
         return SFTRun(out, out / "model", max((d.get("step", 0) for d in log), default=0), None, log)
@@ -98,12 +111,9 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     train_rows = dsd["train"].select_columns(["prompt", "completion"])
     if preset.source == "scratch":
         tok_dir = out / "tokenizer"
-        if not (tok_dir / "tokenizer.json").is_file():
-            texts = [t for row in train_rows for t in (row["prompt"], row["completion"])]
-            tokenizer = models.train_tokenizer(texts, preset.vocab_size)
-            tokenizer.save_pretrained(str(tok_dir) + ".tmp")
-            shutil.rmtree(tok_dir, ignore_errors=True)
-            os.rename(str(tok_dir) + ".tmp", tok_dir)
+        with main_first():
+            if not (tok_dir / "tokenizer.json").is_file():
+                _train_tokenizer(tok_dir, train_rows, preset.vocab_size)
         tokenizer = PreTrainedTokenizerFast.from_pretrained(tok_dir)
         model = models.scratch_model(preset, tokenizer, max_length=config.max_length, seed=config.seed)
     else:
@@ -120,8 +130,9 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
 
     log_path = out / "log.jsonl"
     checkpoints = out / "checkpoints"
-    resume = _last_complete_checkpoint(checkpoints)
-    batch = config.batch_size or preset.batch_size
+    with main_first():
+        resume = last_complete_checkpoint(checkpoints)
+    batch = per_process(config.batch_size or preset.batch_size, "batch_size")
     args = trl.SFTConfig(
         output_dir=str(checkpoints), max_steps=config.max_steps or preset.max_steps,
         per_device_train_batch_size=batch, learning_rate=config.learning_rate or preset.learning_rate,
@@ -138,8 +149,8 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
             self.evaluator = evaluator
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            if config.eval_steps and (state.global_step % config.eval_steps == 0 or
-                                      state.global_step == state.max_steps):
+            if config.eval_steps and state.is_world_process_zero and (
+                    state.global_step % config.eval_steps == 0 or state.global_step == state.max_steps):
                 self.judge(model, state.global_step)
 
         def judge(self, model, step):
@@ -165,7 +176,7 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
 
     judge = Judge()
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_rows, processing_class=tokenizer,
-                             callbacks=[log_callback(log_path), judge])
+                             callbacks=[log_callback(log_path), judge, *reporting(config.report_to, out)])
     if not progress:
         trainer.remove_callback(PrinterCallback)  # it prints every log line; log.jsonl has them
     try:
@@ -173,74 +184,19 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     finally:
         if judge.evaluator is not None and evaluator is None:
             judge.evaluator.close()
-    model_dir = models.save(trainer.model, tokenizer, out / "model")
-    return SFTRun(out, model_dir, trainer.state.global_step, _step_of(resume) if resume else None, read_log(log_path))
+    if is_main():
+        models.save(trainer.model, tokenizer, out / "model")
+    wait_for_everyone()
+    return SFTRun(out, out / "model", trainer.state.global_step, step_of(resume) if resume else None,
+                  read_log(log_path))
 
 
-def log_callback(path: Path):
-    """A Trainer callback that appends every log line (loss, rewards, ...) to `path` with its step."""
-    from transformers import TrainerCallback
+def _train_tokenizer(tok_dir: Path, rows, vocab_size: int) -> None:
+    """A scratch preset's BPE tokenizer, trained on the train split and saved atomically."""
+    from dragonlab import models
 
-    class Log(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and state.is_world_process_zero:
-                append_lines(path, [{"step": state.global_step, **logs}])
-
-    return Log()
-
-
-def read_log(path: str | os.PathLike) -> list[dict]:
-    """The log's lines, the last one per (step, kind) kept (a resumed run repeats some steps)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    last = {(d.get("step"), "eval" in d, "train_runtime" in d): d for d in read_lines(path, _log_line)}
-    return sorted(last.values(), key=lambda d: (d.get("step", 0), "eval" in d))
-
-
-def _log_line(d: dict) -> dict:
-    if not isinstance(d, dict):
-        raise ValueError("a log line must be a JSON object")
-    return d
-
-
-def _claim(out: Path, config, data, **extra) -> None:
-    """Make `out` this run's directory: a new one, or one holding the same config (a resume).
-    Shared by the SFT and RL runs (`config` is their dataclass; `extra` what else fixes the run)."""
-    run = json.loads(json.dumps({"config": asdict(config), "data": str(Path(data).resolve()), **extra}))  # as read back
-    meta = out / "run.json"
-    if meta.exists():
-        old = read_json(meta)
-        if not (isinstance(old, dict) and isinstance(old.get("config"), dict)):
-            raise FileExistsError(f"{meta}: not a dragonlab run.json (no config object); choose a new --out")
-        if old != run:
-            raise FileExistsError(f"{out} holds another run ({meta} differs: {_diff(old, run)}); "
-                                  "choose a new --out or rerun with the same settings to resume")
-        return
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not a dragonlab run directory; choose a new --out")
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(meta, json.dumps(run, indent=1) + "\n")
-
-
-def _diff(old: dict, new: dict) -> str:
-    flat = lambda d: {**{f"config.{k}": v for k, v in d["config"].items()},  # noqa: E731
-                      **{k: v for k, v in d.items() if k != "config"}}
-    a, b = flat(old), flat(new)
-    return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
-
-
-def _step_of(checkpoint: Path) -> int:
-    return int(checkpoint.name.rsplit("-", 1)[1])
-
-
-def _last_complete_checkpoint(folder: Path) -> Path | None:
-    if not folder.is_dir():
-        return None
-    found = sorted((p for p in folder.glob("checkpoint-*") if p.name.rsplit("-", 1)[1].isdigit()), key=_step_of)
-    complete = [p for p in found if (p / "trainer_state.json").is_file()]
-    for p in found:
-        if p not in complete:
-            shutil.rmtree(p)  # cut short by a kill during the save
-    return complete[-1] if complete else None
-
+    texts = [t for row in rows for t in (row["prompt"], row["completion"])]
+    tokenizer = models.train_tokenizer(texts, vocab_size)
+    tokenizer.save_pretrained(str(tok_dir) + ".tmp")
+    shutil.rmtree(tok_dir, ignore_errors=True)
+    os.rename(str(tok_dir) + ".tmp", tok_dir)
