@@ -158,17 +158,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     checkpoints = out / "checkpoints"
     with main_first():
         resume = last_complete_checkpoint(checkpoints)
-    group = config.num_generations
-    args = trl.GRPOConfig(
-        output_dir=str(checkpoints), max_steps=config.max_steps, learning_rate=config.learning_rate,
-        per_device_train_batch_size=per_process(group * config.prompts_per_step, "num_generations x prompts_per_step"),
-        num_generations=group,
-        max_completion_length=config.max_completion_length, temperature=config.temperature, beta=config.beta,
-        logging_steps=config.logging_steps, save_steps=config.save_steps, save_total_limit=2,
-        use_cpu=not torch.cuda.is_available(), bf16=False, gradient_checkpointing=False,
-        use_vllm=config.generation == "vllm", vllm_mode="colocate",
-        report_to="none", seed=config.seed, dataloader_num_workers=0, disable_tqdm=not progress,
-        lr_scheduler_type="constant_with_warmup", warmup_steps=0.05)
+    args = trainer_arguments(config, checkpoints, progress=progress)
 
     own = evaluator is None
     evaluator = evaluator or Evaluator(target, EvalConfig(workers=config.workers))
@@ -192,6 +182,25 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     wait_for_everyone()
     return RLRun(out, out / "model", trainer.state.global_step, step_of(resume) if resume else None,
                  read_log(log_path))
+
+
+def trainer_arguments(config: RLConfig, checkpoints: Path, *, processes: int | None = None, progress: bool = True):
+    """trl's GRPOConfig for a run, the step's scripts split over `processes` (default: this run's).
+    `dragonlab campaign --dry-run` checks a campaign with it too."""
+    import torch
+    import trl
+
+    group = config.num_generations
+    return trl.GRPOConfig(
+        output_dir=str(checkpoints), max_steps=config.max_steps, learning_rate=config.learning_rate,
+        per_device_train_batch_size=per_process(group * config.prompts_per_step, "num_generations x prompts_per_step",
+                                                processes),
+        num_generations=group, max_completion_length=config.max_completion_length, temperature=config.temperature,
+        beta=config.beta, logging_steps=config.logging_steps, save_steps=config.save_steps, save_total_limit=2,
+        use_cpu=not torch.cuda.is_available(), bf16=False, gradient_checkpointing=False,
+        use_vllm=config.generation == "vllm", vllm_mode="colocate", report_to="none", seed=config.seed,
+        dataloader_num_workers=0, disable_tqdm=not progress, lr_scheduler_type="constant_with_warmup",
+        warmup_steps=0.05)
 
 
 def _check_generation(generation: str) -> None:

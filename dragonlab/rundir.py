@@ -48,10 +48,10 @@ def wait_for_everyone() -> None:
     processes().wait_for_everyone()
 
 
-def per_process(total: int, what: str) -> int:
-    """A global batch split evenly over the processes: the same config trains the same way
-    whatever the number of processes."""
-    n = processes().num_processes
+def per_process(total: int, what: str, n: int | None = None) -> int:
+    """A global batch split evenly over `n` processes (default: this run's): the same config
+    trains the same way whatever the number of processes."""
+    n = n or processes().num_processes
     if total % n:
         raise ValueError(f"{what} {total} does not split evenly over {n} processes")
     return total // n

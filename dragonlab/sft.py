@@ -132,15 +132,7 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     checkpoints = out / "checkpoints"
     with main_first():
         resume = last_complete_checkpoint(checkpoints)
-    batch = per_process(config.batch_size or preset.batch_size, "batch_size")
-    args = trl.SFTConfig(
-        output_dir=str(checkpoints), max_steps=config.max_steps or preset.max_steps,
-        per_device_train_batch_size=batch, learning_rate=config.learning_rate or preset.learning_rate,
-        lr_scheduler_type="cosine", warmup_steps=config.warmup_ratio, weight_decay=config.weight_decay,
-        logging_steps=config.logging_steps, save_steps=config.save_steps, save_total_limit=2,
-        max_length=config.max_length, completion_only_loss=True, gradient_checkpointing=False,
-        use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none", seed=config.seed,
-        dataloader_num_workers=0, disable_tqdm=not progress, save_only_model=False)
+    args = trainer_arguments(config, checkpoints, defaults=preset, progress=progress)
 
     class Judge(TrainerCallback):
         """Per-attempt correctness on validation examples, through the evaluator."""
@@ -189,6 +181,30 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     wait_for_everyone()
     return SFTRun(out, out / "model", trainer.state.global_step, step_of(resume) if resume else None,
                   read_log(log_path))
+
+
+def trainer_arguments(config: SFTConfig, checkpoints: Path, *, defaults=None, processes: int | None = None,
+                      progress: bool = True):
+    """trl's SFTConfig for a run: settings the config leaves out come from `defaults` (a preset);
+    the global batch is split over `processes` (default: this run's). `dragonlab campaign
+    --dry-run` checks a campaign with it too."""
+    import torch
+    import trl
+
+    def pick(name):
+        value = getattr(config, name) if getattr(config, name) is not None else getattr(defaults, name, None)
+        if value is None:
+            raise ValueError(f"SFTConfig.{name} is needed: neither the config nor a preset gives it")
+        return value
+
+    return trl.SFTConfig(
+        output_dir=str(checkpoints), max_steps=pick("max_steps"),
+        per_device_train_batch_size=per_process(pick("batch_size"), "batch_size", processes),
+        learning_rate=pick("learning_rate"), lr_scheduler_type="cosine", warmup_steps=config.warmup_ratio,
+        weight_decay=config.weight_decay, logging_steps=config.logging_steps, save_steps=config.save_steps,
+        save_total_limit=2, max_length=config.max_length, completion_only_loss=True, gradient_checkpointing=False,
+        use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none", seed=config.seed,
+        dataloader_num_workers=0, disable_tqdm=not progress, save_only_model=False)
 
 
 def _train_tokenizer(tok_dir: Path, rows, vocab_size: int) -> None:

@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules: real search records, collected once per session;
 an RPC tracker with one CPU server on loopback."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -69,11 +70,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def rpc_tracker():
-    """A tracker and one CPU server on loopback; both process groups are killed afterwards."""
+@contextlib.contextmanager
+def rpc_cluster(servers: int = 1, key: str = "loopcpu"):
+    """A TVM RPC tracker and `servers` CPU servers on loopback, registered under `key`; yields
+    the tracker's port. Every process group is killed afterwards."""
     port = free_port()
-    server_port = free_port()
     procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host=127.0.0.1",
                                f"--port={port}", f"--port-end={port + 1}"], start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -85,16 +86,19 @@ def rpc_tracker():
                 break
             except OSError:
                 time.sleep(0.2)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tvm.exec.rpc_server", f"--tracker=127.0.0.1:{port}", "--key=loopcpu",
-             "--host=127.0.0.1", f"--port={server_port}", f"--port-end={server_port + 1}"],
-            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for _ in range(servers):
+            server_port = free_port()
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "tvm.exec.rpc_server", f"--tracker=127.0.0.1:{port}", f"--key={key}",
+                 "--host=127.0.0.1", f"--port={server_port}", f"--port-end={server_port + 1}"],
+                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         while time.monotonic() < deadline:
             try:
-                check_tracker("127.0.0.1", port, "loopcpu", timeout_sec=2)
-                break
+                if check_tracker("127.0.0.1", port, key, timeout_sec=2) == servers:
+                    break
             except RunnerUnavailableError:
-                time.sleep(0.5)
+                pass
+            time.sleep(0.5)
         yield port
     finally:
         for p in procs:  # a server's popen worker child holds the port: kill the whole group
@@ -103,6 +107,13 @@ def rpc_tracker():
             except ProcessLookupError:
                 pass
             p.wait()
+
+
+@pytest.fixture
+def rpc_tracker():
+    """A tracker and one CPU server on loopback."""
+    with rpc_cluster(1) as port:
+        yield port
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 
@@ -116,6 +117,35 @@ def test_collect_through_the_rpc_tracker_on_loopback(rpc_tracker, tmp_path):
     recs = RecordStore(tmp_path).records()
     assert summary.failed_workloads == []
     assert len(recs) == 4 and all(r.status == OK and len(r.latencies) == 3 for r in recs)
+
+
+def test_two_shards_on_two_machines_through_one_tracker_merge_into_what_one_machine_collects(tmp_path):
+    """Two `collect --shard i/2` processes (two machines, say) measure through one tracker with two
+    servers; `records merge` of their stores holds the workloads and counts of one local run."""
+    from conftest import rpc_cluster
+
+    names = [QUICK["matmul"].name, QUICK["batch_matmul"].name]  # keys 1 and 0 mod 2: one per shard
+    common = ["collect", "--suite", "quick", "--only", ",".join(names), "--trials", "4", "--per-round", "4"]
+    env = {**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    with rpc_cluster(servers=2) as port:
+        shards = [subprocess.Popen(CLI + common + ["--shard", f"{i}/2", "--out", str(tmp_path / f"machine{i}"),
+                                                   "--runner", "rpc", "--tracker", f"127.0.0.1:{port}",
+                                                   "--key", "loopcpu"], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True) for i in range(2)]
+        outputs = [p.communicate(timeout=600)[0] for p in shards]
+    assert [p.returncode for p in shards] == [0, 0], outputs
+    assert main(["records", "merge", str(tmp_path / "machine0"), str(tmp_path / "machine1"),
+                 "--out", str(tmp_path / "merged")]) == 0
+    assert main(common + ["--out", str(tmp_path / "local")]) == 0
+
+    def counts(root):
+        store = RecordStore(root)
+        return set(store.workloads()), Counter((r.workload, r.status) for r in store.records()), store.done()
+
+    parts = [counts(tmp_path / f"machine{i}") for i in range(2)]
+    assert all(len(p[0]) == 1 for p in parts) and parts[0][0] != parts[1][0]  # each machine tuned its share
+    assert counts(tmp_path / "merged") == counts(tmp_path / "local")
+    assert set(counts(tmp_path / "local")[1].values()) == {4}  # 4 ok records per workload
 
 
 def test_rpc_key_without_server_fails_fast(rpc_tracker):
