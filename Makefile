@@ -20,7 +20,7 @@ $(BIN)/dragonlab: pyproject.toml
 install: $(BIN)/dragonlab
 
 demo: install
-	$(BIN)/dragonlab demo --out runs/demo
+	$(BIN)/dragonlab campaign --config campaigns/quick.toml   # the quick campaign: dragonlab demo --out runs/demo
 
 # The browser test and kaleido's PNG export drive Debian's Chromium: installed when missing (as root).
 chromium:
