@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 $(BIN)/dragonlab: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing dragonlab and its pinned dependencies into $(VENV) (log: $(VENV)/install.log)"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]' >$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,serve]' >$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $$($(BIN)/python scripts/derive_envs.py --no-deps) >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	$(BIN)/python -c "import dragonlab, tvm, torch"
 	# In a git checkout, strip notebook outputs on commit (.gitattributes names the filter).

@@ -8,6 +8,7 @@ is overwritten. Anything else is a bug and shows its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import math
@@ -81,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
                                     "every command reads as they are. A sealed file is never replaced.")
     c.add_argument("store", type=Path)
     c.add_argument("--shard", default=None, help="I/N: seal only this shard's files (and the workload file)")
+    c.add_argument("--part", action="store_true",
+                   help="the shard is not finished: seal what it has so far as a numbered part; collecting it "
+                        "again goes on from there in new files")
     c.set_defaults(run=_records_seal)
     c = rsub.add_parser("card", help="write a record store's README.md: counts, machine, time, benchmark, rebuild")
     c.add_argument("store", type=Path)
@@ -326,7 +330,7 @@ def _records_seal(args) -> int:
     from dragonlab.records import RecordStore
 
     try:
-        sealed = RecordStore(args.store).seal(shard_name(args.shard) if args.shard else None)
+        sealed = RecordStore(args.store).seal(shard_name(args.shard) if args.shard else None, part=args.part)
     except FileExistsError as e:
         raise UsageError(str(e)) from None
     for path in sealed:
@@ -515,27 +519,69 @@ def _demo(args) -> int:
                          "constrained": True}),
     ]
     start, times = time.monotonic(), []
-    for name, what in steps:
-        began = time.monotonic()
-        if isinstance(what, list):
-            print(f"\n$ dragonlab {' '.join(what)}", flush=True)
-            code = main(what)
-            if code:
-                return code
-        else:
-            target = out / "notebooks" / f"{name}.ipynb"
-            print(f"\n== notebooks/{name}.ipynb -> {target}", flush=True)
-            papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(target), parameters=what,
-                                       kernel_name="python3", cwd=str(out), progress_bar=False,
-                                       execution_timeout=3600)  # a cell that hangs fails the demo
-        times.append((name, time.monotonic() - began))
-        print(f"   {name}: {times[-1][1]:.0f} s", flush=True)
+    log = out / "demo.log"
+    print(f"kernel and TVM messages -> {log}", flush=True)
+    with _stderr_of_children_to(log):
+        for i, (name, what) in enumerate(steps):
+            began = time.monotonic()
+            print(f"\n[{i + 1}/{len(steps)}] {name} {_eta(times, [n for n, _ in steps[i:]])}", flush=True)
+            if isinstance(what, list):
+                print(f"$ dragonlab {' '.join(what)}", flush=True)
+                code = main(what)
+                if code:
+                    return code
+            else:
+                target = out / "notebooks" / f"{name}.ipynb"
+                print(f"notebooks/{name}.ipynb -> {target}", flush=True)
+                papermill.execute_notebook(
+                    str(notebooks / f"{name}.ipynb"), str(target), parameters=what, kernel_name="python3",
+                    cwd=str(out), execution_timeout=3600,  # a cell that hangs fails the demo
+                    progress_bar={"desc": name, "disable": False, "file": sys.stderr, "dynamic_ncols": True})
+            times.append((name, time.monotonic() - began))
+            print(f"   {name}: {times[-1][1]:.0f} s (total {_minutes(time.monotonic() - start)})", flush=True)
     from dragonlab.report import read_report
 
     print("\n" + summary_text(read_report(out / "report")))
-    print(f"\ndemo finished in {time.monotonic() - start:.0f} s ({', '.join(f'{n} {t:.0f} s' for n, t in times)})")
+    print(f"\ndemo finished in {_minutes(time.monotonic() - start)} ({', '.join(f'{n} {t:.0f} s' for n, t in times)})")
     print(f"report: {out / 'report' / 'report.html'}; executed notebooks: {out / 'notebooks'}")
     return 0
+
+
+# Seconds each demo stage took on an idle 2-core machine (README): the estimate's proportions.
+DEMO_SECONDS = {"03_dataset": 379, "codec check": 14, "04_sft": 172, "05_rl": 48, "06_evaluate": 569}
+
+
+def _eta(done: list[tuple[str, float]], left: list[str]) -> str:
+    """"about N min left": the reference times of the stages left, scaled by how this machine
+    did on the stages done so far."""
+    ref_done = sum(DEMO_SECONDS.get(n, 0) for n, _ in done)
+    scale = sum(t for _, t in done) / ref_done if ref_done else 1.0
+    return f"(about {_minutes(scale * sum(DEMO_SECONDS.get(n, 0) for n in left))} left)"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+
+
+@contextlib.contextmanager
+def _stderr_of_children_to(path: Path):
+    """Point file descriptor 2 at `path` so that processes started inside (notebook kernels, TVM's
+    C++ logging, worker processes) write their warnings there; this process's `sys.stderr` (the
+    progress bars, errors) stays on the terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    terminal, old = os.fdopen(os.dup(saved), "w", buffering=1), sys.stderr
+    sys.stderr = terminal
+    try:
+        yield
+    finally:
+        terminal.flush()
+        sys.stderr = old
+        os.dup2(saved, 2)
+        os.close(saved)
+        terminal.close()
 
 
 def _campaign(args) -> int:
@@ -696,6 +742,8 @@ def _report_commands(sub) -> None:
     c.add_argument("--llm-base-url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     c.add_argument("--llm-model", help="the model name the endpoint serves")
     c.add_argument("--llm-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    c.add_argument("--llm-endpoint", choices=("chat", "completions"), default="chat",
+                   help="chat (default); completions: the dataset prompt alone, for a served dragonlab model")
     c.set_defaults(run=_report)
 
 
@@ -720,7 +768,7 @@ def _report(args) -> int:
     if args.llm_base_url:
         from dragonlab.llm import ChatModel
 
-        llm = ChatModel(args.llm_base_url, args.llm_model, api_key_env=args.llm_key_env,
+        llm = ChatModel(args.llm_base_url, args.llm_model, api_key_env=args.llm_key_env, endpoint=args.llm_endpoint,
                         temperature=config.temperature)
     start = time.monotonic()
     report = run_report(args.run_dir, config, llm=llm)

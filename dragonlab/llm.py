@@ -9,8 +9,13 @@ user message is the dataset prompt unchanged (prompts.py). A reply is untrusted 
 `script_of` only cuts the script out of it, the evaluator decodes it later, and nothing here
 evaluates it.
 
-HTTP is the standard library's (`urllib.request`): POST `{base_url}/chat/completions`, retried
-with backoff on 429, 5xx and connection errors. The API key comes from an environment variable
+A dragonlab model served by `transformers serve` (docs/report.md) has no chat template: it was
+trained on dataset prompts followed by their scripts. `endpoint="completions"` posts the dataset
+prompt alone, unchanged, to the plain `/completions` endpoint, and the reply's text is what the
+model wrote after it: at temperature 0, what `models.generate` writes in process.
+
+HTTP is the standard library's (`urllib.request`): POST `{base_url}/chat/completions` (or
+`/completions`), retried with backoff on 429, 5xx and connection errors. The API key comes from an environment variable
 (`OPENAI_API_KEY` unless told otherwise); without one no Authorization header is sent, as local
 servers (vLLM, llama.cpp, Ollama) need none.
 """
@@ -170,6 +175,9 @@ _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _THINKING = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 
 
+ENDPOINTS = ("chat", "completions")
+
+
 class ChatError(RuntimeError):
     """A chat-completions request that failed for good (after retries, or not retryable)."""
 
@@ -227,10 +235,18 @@ class ChatModel:
     timeout_sec: float = field(default=120.0, metadata={"help": "per HTTP request"})
     retries: int = field(default=4, metadata={"help": "retries of a request on 429, 5xx and connection errors"})
     backoff_sec: float = field(default=1.0, metadata={"help": "wait before the first retry; doubles each time"})
+    endpoint: str = field(default="chat", metadata={
+        "help": "chat: /chat/completions with the system prompt; completions: /completions with the dataset "
+                "prompt alone, for a served dragonlab model (no chat template)"})
+
+    def __post_init__(self):
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"ChatModel.endpoint must be one of {', '.join(ENDPOINTS)}, got {self.endpoint!r}")
 
     @property
     def url(self) -> str:
-        return f"{self.base_url.rstrip('/')}/chat/completions"
+        path = "chat/completions" if self.endpoint == "chat" else "completions"
+        return f"{self.base_url.rstrip('/')}/{path}"
 
     def write(self, prompts: list[str], *, n: int, seed: int) -> list[list[str]]:
         """n scripts per prompt, in order; each cut out of its reply by `script_of`."""
@@ -240,11 +256,14 @@ class ChatModel:
         """n raw replies to one dataset prompt. A server that returns fewer choices than asked
         (many ignore `n`) is asked again for the rest, with the next seed so that a server
         honouring seeds does not repeat itself."""
-        messages = [{"role": "system", "content": system_prompt(target_of(prompt))},
-                    {"role": "user", "content": prompt}]
+        if self.endpoint == "chat":
+            asked = {"messages": [{"role": "system", "content": system_prompt(target_of(prompt))},
+                                  {"role": "user", "content": prompt}]}
+        else:
+            asked = {"prompt": prompt}
         out: list[str] = []
         while len(out) < n:
-            body = {"model": self.model, "messages": messages, "n": n - len(out), "temperature": self.temperature,
+            body = {"model": self.model, **asked, "n": n - len(out), "temperature": self.temperature,
                     "max_tokens": self.max_tokens, "seed": seed + len(out)}
             response = self._post(body)
             choices = response.get("choices") if isinstance(response, dict) else None
@@ -288,9 +307,12 @@ class ChatModel:
 
 
 def _content(choice) -> str:
-    """A choice's message text; "" when there is none (a refusal, a tool call)."""
-    message = choice.get("message") if isinstance(choice, dict) else None
-    content = message.get("content") if isinstance(message, dict) else None
+    """A choice's message text (chat) or text (completions); "" when there is none (a refusal, a
+    tool call)."""
+    if not isinstance(choice, dict):
+        return ""
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else choice.get("text")
     return content if isinstance(content, str) else ""
 
 

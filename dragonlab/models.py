@@ -11,11 +11,17 @@ A preset names where the weights come from and how big the model is:
 Scratch models get a byte-level BPE tokenizer trained on the training split's kernels and
 scripts. Every model is saved as a standard Hugging Face directory (a LoRA model as an adapter
 directory whose base is a local path), and `load` reads either back.
+
+A full model directory is also what `transformers serve DIR` serves (docs/report.md): its
+generation_config.json says `do_sample: true`, because that server samples only when the model's
+generation config asks for it (otherwise every reply is greedy, whatever the request's
+temperature). A LoRA adapter directory is served after `merge`.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -123,6 +129,7 @@ def smollm2_checkpoint(*, progress: bool = True) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        _sample_when_served(tmp)
         bar.update()
         tmp.rename(out)
         bar.update()
@@ -146,13 +153,25 @@ def pretrained(preset: Preset, *, progress: bool = True):
     return model, tokenizer
 
 
+def _sample_when_served(path: Path) -> None:
+    """Make the generation config of a saved full model ask for sampling. `generate` always says
+    what it wants (do_sample follows its temperature), so only servers read this default, and
+    `transformers serve` 5.24 turns sampling off for temperature 0 but never on."""
+    config = path / "generation_config.json"
+    if config.is_file():
+        fields = json.loads(config.read_text())
+        config.write_text(json.dumps({**fields, "do_sample": True}, indent=2, sort_keys=True) + "\n")
+
+
 def save(model, tokenizer, out: Path) -> Path:
-    """Write a model directory atomically: a full model, or a LoRA adapter whose base is a local path."""
+    """Write a model directory atomically: a full model (servable as it is), or a LoRA adapter
+    whose base is a local path (servable after `merge`)."""
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    _sample_when_served(tmp)
     if out.exists():
         old = out.with_name(out.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
@@ -162,6 +181,16 @@ def save(model, tokenizer, out: Path) -> Path:
     else:
         tmp.rename(out)
     return out
+
+
+def merge(path: str | Path, out: str | Path) -> Path:
+    """A LoRA adapter directory (written by `save`) as a full model directory, its adapters merged
+    into the base weights: what servers that know no adapters (`transformers serve`) can load.
+    A full model directory is copied as `save` writes it."""
+    model, tokenizer = load(path)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    return save(model, tokenizer, Path(out))
 
 
 def load(path: str | Path, *, trainable: bool = False):

@@ -165,14 +165,23 @@ class RecordStore:
         """Every logged collection run (see `log_run`), in file order."""
         return [d for path in self.files("collection") for d in read_lines(path, _run, error=RecordFormatError)]
 
-    def seal(self, shard: str | None = None) -> list[Path]:
-        """Compress the plain files (of one shard, and the workload file) into sealed `.gz` files."""
+    def seal(self, shard: str | None = None, *, part: bool = False) -> list[Path]:
+        """Compress the plain files (of one shard, and the workload file) into sealed `.gz` files.
+        `part`: a shard still being collected is sealed as `<stem>.<shard>.partN.jsonl.gz` (N the
+        next free number), so that what it has so far can be shipped and its collection goes on
+        in a new plain file."""
+        if part and not shard:
+            raise ValueError("sealing a part needs the shard it belongs to")
         names = [f"{stem}.{shard}.jsonl" for stem in ("records", "progress", "collection")] if shard else None
-        out = []
-        for path in [p for stem in ("workloads", "records", "progress", "collection") for p in self.files(stem)]:
-            if path.suffix == ".jsonl" and (names is None or path.name in names or path.name == "workloads.jsonl"):
-                out.append(seal(path))
-        return out
+        paths = [p for stem in ("workloads", "records", "progress", "collection") for p in self.files(stem)]
+        paths = [p for p in paths if p.suffix == ".jsonl" and (names is None or p.name in names
+                                                                or p.name == "workloads.jsonl")]
+        if part:
+            n = 1 + max((int(m) for p in self.root.glob(f"*.{shard}.part*.jsonl*")
+                         for m in [p.name.split(".part")[1].split(".")[0]] if m.isdigit()), default=0)
+            paths = [p if p.name == "workloads.jsonl" else p.rename(p.with_name(p.name.replace(
+                f".{shard}.jsonl", f".{shard}.part{n}.jsonl"))) for p in paths]
+        return [seal(p) for p in paths]
 
     def files(self, stem: str) -> list[Path]:
         """The store's files of one kind (workloads, records, progress) by name, a sealed file where

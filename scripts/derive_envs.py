@@ -18,9 +18,13 @@ HEADER = "# Derived from pyproject.toml by scripts/derive_envs.py: edit pyprojec
 PIP_OPTIONS = ["--extra-index-url https://download.pytorch.org/whl/cpu"]
 
 
+# The optional groups `make install` installs (the Makefile's `-e '.[test,serve]'`), in this order.
+GROUPS = ("test", "serve")
+
+
 def pip_requirements() -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return project["dependencies"] + project["optional-dependencies"]["test"]
+    return project["dependencies"] + [req for group in GROUPS for req in project["optional-dependencies"][group]]
 
 
 def no_deps_requirements() -> list[str]:

@@ -1,4 +1,5 @@
-"""A chat-completions server on loopback that speaks the OpenAI protocol, for the LLM baseline's tests."""
+"""A chat-completions server on loopback that speaks the OpenAI protocol, for the LLM baseline's tests
+(and the plain completions endpoint, as servers of models without a chat template use it)."""
 
 import json
 import threading
@@ -9,8 +10,8 @@ MODEL = "tiny-chat"
 
 
 class ChatServer:
-    """Speaks POST /v1/chat/completions as an OpenAI-compatible server does, and records every
-    request. `fail_with`: statuses to answer with first, one per request; `per_request`: the most
+    """Speaks POST /v1/chat/completions and /v1/completions as an OpenAI-compatible server does, and
+    records every request. `fail_with`: statuses to answer with first, one per request; `per_request`: the most
     choices one response holds (None: as many as asked); `contents(k, body)`: the k-th reply overall, to the request `body`."""
 
     def __init__(self):
@@ -28,18 +29,24 @@ class ChatServer:
         except ValueError:
             return 400, {"error": {"message": "body is not JSON"}}
         self.requests.append({"path": path, "body": body, "authorization": authorization})
-        if path != "/v1/chat/completions":
+        chat = path == "/v1/chat/completions"
+        if not chat and path != "/v1/completions":
             return 404, {"error": {"message": f"no route {path}"}}
         if body.get("model") != MODEL:
             return 404, {"error": {"message": f"model {body.get('model')!r} does not exist"}}
         roles = [m.get("role") for m in body.get("messages", [])]
-        if roles != ["system", "user"] or not {"n", "temperature", "max_tokens", "seed"} <= set(body):
+        asked = roles == ["system", "user"] if chat else isinstance(body.get("prompt"), str) and not roles
+        if not asked or not {"n", "temperature", "max_tokens", "seed"} <= set(body):
             return 400, {"error": {"message": f"bad request: roles {roles}, fields {sorted(body)}"}}
         if self.fail_with:
             return self.fail_with.pop(0), {"error": {"message": "try again"}}
         served = sum(len(r.get("served", ())) for r in self.requests)
         k = range(served, served + min(body["n"], self.per_request or body["n"]))
         self.requests[-1]["served"] = k
+        if not chat:
+            return 200, {"object": "text_completion", "model": MODEL,
+                         "choices": [{"index": i, "text": self.contents(j, body), "finish_reason": "stop"}
+                                     for i, j in enumerate(k)]}
         return 200, {"object": "chat.completion", "model": MODEL,
                      "choices": [{"index": i, "message": {"role": "assistant", "content": self.contents(j, body)},
                                   "finish_reason": "stop"} for i, j in enumerate(k)]}

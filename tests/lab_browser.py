@@ -254,3 +254,43 @@ def render_comparison(notebook: Path, workdir: Path, screenshot: Path, *, worklo
         finally:
             browser.close()
     return Rendered(screenshot, shown, title, boxes, seconds)
+
+
+@dataclass(frozen=True)
+class RenderedPage:
+    screenshot: Path
+    figures: int  # plotly figures drawn (an SVG each)
+    tables: int
+    seconds: float
+
+
+def render_report(html: Path, screenshot: Path, *, figures: int, timeout: float = 60.0) -> RenderedPage:
+    """Open a report page (`report.html`, self-contained: plotly.js inlined) from disk in headless
+    Chromium, wait until `figures` plotly figures are drawn, and save a full-page screenshot. On
+    failure the page is saved all the same and the error names it with the browser's errors."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    if executable is None:
+        raise BrowserCheckError("no `chromium` on PATH: apt-get install chromium")
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            start = time.monotonic()
+            page.goto(Path(html).resolve().as_uri())
+            drawn = page.locator(".js-plotly-plot:has(.main-svg)")
+            while drawn.count() < figures:
+                if errors or time.monotonic() - start > timeout:
+                    page.screenshot(path=str(screenshot), full_page=True)
+                    raise BrowserCheckError(f"{drawn.count()} of {figures} figures drawn in {html}; page as it was: "
+                                            f"{screenshot}\n" + "\n".join(errors[-10:]))
+                page.wait_for_timeout(250)
+            seconds = time.monotonic() - start
+            page.screenshot(path=str(screenshot), full_page=True)
+            return RenderedPage(screenshot, drawn.count(), page.locator("table").count(), seconds)
+        finally:
+            browser.close()

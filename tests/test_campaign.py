@@ -145,3 +145,32 @@ def test_the_accelerate_check_names_what_is_wrong(tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("distributed_type: [MULTI_GPU\n")
     assert not campaign.accelerate_check(broken, 2).ok
+
+
+def test_the_demo_shows_each_stage_and_keeps_kernel_warnings_in_its_log(tmp_path, monkeypatch, capfd):
+    """What a user sees: a header per stage with the time left, the notebooks' cell bars, the
+    total; what kernels and TVM write to their stderr goes to OUT/demo.log instead."""
+    import subprocess
+    import sys
+
+    import papermill
+
+    import dragonlab.report
+
+    def notebook(src, dst, parameters, progress_bar, **_):  # a kernel that warns, and papermill's bar
+        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('Kernel is running over TCP "
+                        "without encryption.\\nTrace replay failed\\n')"], check=True)
+        assert progress_bar["disable"] is False and progress_bar["desc"] == Path(src).stem
+
+    monkeypatch.setattr(papermill, "execute_notebook", notebook)
+    monkeypatch.setattr(cli, "main", lambda argv: 0)
+    monkeypatch.setattr(dragonlab.report, "read_report", lambda path: None)
+    monkeypatch.setattr(cli, "summary_text", lambda report: "")
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    out, err = capfd.readouterr()
+    assert "[1/5] 03_dataset (about 19 min 42 s left)" in out and "[5/5] 06_evaluate (about" in out
+    assert "demo finished in 0 min" in out and "report: " in out
+    assert "without encryption" not in out + err and "Trace replay failed" not in out + err
+    log = (tmp_path / "demo.log").read_text()
+    assert log.count("without encryption") == 4 and log.count("Trace replay failed") == 4  # one per notebook

@@ -49,6 +49,19 @@ def test_a_server_that_ignores_n_is_asked_again_with_the_next_seeds(server):
     assert [(r["body"]["n"], r["body"]["seed"]) for r in server.requests] == [(3, 7), (2, 8), (1, 9)]
 
 
+def test_the_completions_endpoint_gets_the_dataset_prompt_alone(server):
+    prompt = construction_prompt(KERNEL, "cpu")
+    model = fast_model(server.base_url, endpoint="completions")
+    assert model.url == f"{server.base_url}/completions"
+    server.per_request = 1  # as `transformers serve` does: one choice per request
+    assert model.write([prompt], n=2, seed=3) == [["get C0", "get C1"]]
+    assert [(r["path"], r["body"]["prompt"], r["body"]["seed"]) for r in server.requests] == \
+        [("/v1/completions", prompt, 3), ("/v1/completions", prompt, 4)]
+    assert not any("messages" in r["body"] for r in server.requests)  # no system prompt, no chat template
+    with pytest.raises(ValueError, match=r"endpoint must be one of chat, completions, got 'responses'"):
+        ChatModel(server.base_url, MODEL, endpoint="responses")
+
+
 def test_a_server_error_is_retried(server):
     server.fail_with = [500, 429]
     assert fast_model(server.base_url).write([construction_prompt(KERNEL, "cpu")], n=2, seed=0) == \

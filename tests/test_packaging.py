@@ -18,7 +18,8 @@ def _pip_section(path: Path) -> list[str]:
 
 def test_environment_files_agree_with_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = project["dependencies"] + project["optional-dependencies"]["test"]
+    groups = project["optional-dependencies"]
+    wanted = project["dependencies"] + groups["test"] + groups["serve"]  # what `make install` installs
     assert _pip_section(ROOT / "environment.yml") == wanted
     assert _pip_section(ROOT / "binder" / "environment.yml") == wanted
     check = subprocess.run([sys.executable, ROOT / "scripts" / "derive_envs.py", "--check"],

@@ -13,6 +13,7 @@ from dragonlab.records import (OK, RUN_ERROR, TIMEOUT, Record, RecordFormatError
 
 TRACE_A = [[["GetSBlock", [], ["C", "main"], ["b0"]]], []]
 TRACE_B = [[["GetSBlock", [], ["D", "main"], ["b0"]]], []]
+TRACE_C = [[["GetSBlock", [], ["E", "main"], ["b0"]]], []]
 
 
 def _ok(trace, secs=(1e-3, 1.1e-3, 0.9e-3), workload="123"):
@@ -116,6 +117,14 @@ def test_a_sealed_shard_reads_as_it_is_while_another_shard_goes_on(tmp_path, cap
     assert "nothing to seal" in capsys.readouterr().out
     assert main(["records", "seal", str(tmp_path), "--shard", "2/2"]) == 2
     assert "--shard must be I/N" in capsys.readouterr().err
+
+    # an unfinished shard: what it has so far is sealed as a part, and its collection goes on after it
+    assert main(["records", "seal", str(tmp_path), "--shard", "1/2", "--part"]) == 0
+    live.append([_ok(TRACE_C, workload=w.key)])
+    assert main(["records", "seal", str(tmp_path), "--shard", "1/2", "--part"]) == 0
+    assert sorted(p.name for p in tmp_path.glob("records.1-of-2*")) == [
+        "records.1-of-2.part1.jsonl.gz", "records.1-of-2.part2.jsonl.gz"]
+    assert len(live.records()) == 3 and (tmp_path / "workloads.jsonl.gz").exists()
 
 
 def test_stats_count_statuses_and_latency_spread(tmp_path):

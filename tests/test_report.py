@@ -3,6 +3,8 @@ under papermill) on the tiny fixtures with an LLM behind a loopback chat server.
 
 import json
 import math
+import os
+from pathlib import Path
 
 import nbformat
 import papermill
@@ -102,6 +104,18 @@ def run_dir(tmp_path, data, tiny):
     return run
 
 
+def _renders_in_chromium(page: Path, figures: int, tmp_path: Path) -> None:
+    """The report page opened from disk in Debian's Chromium draws every figure (no network: plotly.js
+    is inlined). The screenshot is kept in $DRAGONLAB_ARTIFACTS when set."""
+    import lab_browser
+
+    if lab_browser.chromium() is None or lab_browser.playwright_missing():
+        pytest.skip("no Chromium or playwright: `make test` installs both")
+    shot = Path(os.environ.get("DRAGONLAB_ARTIFACTS", tmp_path)) / "report_page.png"
+    rendered = lab_browser.render_report(page, shot, figures=figures)
+    assert rendered.figures == figures >= 4 and rendered.tables >= 8 and shot.stat().st_size > 20_000
+
+
 def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook_kernel, monkeypatch, tmp_path):
     import datasets
 
@@ -151,3 +165,4 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         # Other settings would mix with what is there: refused, nothing written.
         assert main(args[:3] + ["--k", "3"] + args[5:]) == 2
         assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
+    _renders_in_chromium(run_dir / "report" / "report.html", html.count("Plotly.newPlot"), tmp_path)  # last: may skip
