@@ -700,6 +700,9 @@ def _rl_commands(sub) -> None:
                    help="also log the curves to TensorBoard (event files under OUT/tensorboard; default none)")
     c.add_argument("--generation", choices=("transformers", "vllm"),
                    help="who generates rollouts: the model (default) or trl's vLLM engine (CUDA GPUs, vllm installed)")
+    c.add_argument("--runner", choices=("local", "rpc"), help="where correct kernels are timed (default local)")
+    c.add_argument("--tracker", help="HOST:PORT of TVM's RPC tracker (--runner rpc)")
+    c.add_argument("--key", help="device key at the tracker (--runner rpc)")
     c.add_argument("--seed", type=int, help="default 0")
     c.add_argument("--constrained", action="store_true", default=None,
                    help="constrained decoding of the rollouts (every script decodes and applies)")
@@ -795,7 +798,8 @@ def _rl(args) -> int:
     from dragonlab.rl import RLConfig, train
 
     options = ("max_steps", "learning_rate", "num_generations", "prompts_per_step", "beta", "temperature",
-               "save_steps", "logging_steps", "seed", "constrained", "report_to", "generation")
+               "save_steps", "logging_steps", "seed", "constrained", "report_to", "generation", "runner", "tracker",
+               "key")
     config = RLConfig(**{name: getattr(args, name) for name in options if getattr(args, name) is not None})
     start = time.monotonic()
     run = train(args.source, args.data, args.out, config)

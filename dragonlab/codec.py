@@ -231,7 +231,7 @@ def to_plain(trace_or_json) -> list:
     becomes "None" (TVM reads both as None); decisions are sorted by instruction index.
     """
     raw = trace_or_json.as_json(remove_postproc=False) if hasattr(trace_or_json, "as_json") else trace_or_json
-    plain = _plain(raw, 0)
+    plain = plain_value(raw, 0)
     if not (isinstance(plain, list) and len(plain) == 2 and all(isinstance(p, list) for p in plain)):
         raise TraceFormatError("a trace's JSON form is [instructions, decisions]")
     insts, decisions = plain
@@ -255,7 +255,7 @@ def to_plain(trace_or_json) -> list:
     return [insts, decisions]
 
 
-def _plain(o, depth: int = 0):
+def plain_value(o, depth: int = 0):
     if o is None or isinstance(o, (bool, int, float)):
         return o
     if isinstance(o, str):
@@ -263,9 +263,9 @@ def _plain(o, depth: int = 0):
     if depth >= MAX_NESTING:
         raise TraceFormatError(f"values nested more than {MAX_NESTING} deep")
     if isinstance(o, Mapping):
-        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in o.items()}
+        return {plain_value(k, depth + 1): plain_value(v, depth + 1) for k, v in o.items()}
     if isinstance(o, Sequence) and not isinstance(o, (bytes, bytearray)):
-        return [_plain(v, depth + 1) for v in o]
+        return [plain_value(v, depth + 1) for v in o]
     from tvm.tirx import FloatImm, IntImm
 
     if isinstance(o, IntImm):
@@ -566,9 +566,9 @@ class _Parser(indexmap.MapReader):
         if self._peek() == "":
             self._missing("an instruction") if self.open_end else self._error("empty line; expected an instruction")
         start, word = self.pos, self._word()
-        kind = _MNEMONICS.get(word)
+        kind = BY_MNEMONIC.get(word)
         if kind is None:
-            self._unknown("unknown instruction", word, start, _MNEMONICS)
+            self._unknown("unknown instruction", word, start, BY_MNEMONIC)
         self.kind = kind
         values = self._arguments(kind)
         decision, names = (), None
@@ -843,6 +843,6 @@ def _kinds():
     return kinds, {k.mnemonic: k for k in kinds.values()}
 
 
-_KINDS, _MNEMONICS = _kinds()
+_KINDS, BY_MNEMONIC = _kinds()  # every instruction kind, by its script mnemonic
 MNEMONICS = {name: kind.mnemonic for name, kind in _KINDS.items()}  # every kind a script can hold
 KEY_ALIASES = dict(_ALIASES["key"])  # short spelling -> the annotation key MetaSchedule writes

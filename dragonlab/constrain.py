@@ -38,9 +38,9 @@ import math
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
 
-from dragonlab.codec import _MNEMONICS, KEY_ALIASES, LineReader, ScriptSyntaxError, _plain, apply
+from dragonlab.codec import BY_MNEMONIC, KEY_ALIASES, LineReader, ScriptSyntaxError, apply, plain_value
 from dragonlab.allowlist import ANNOTATIONS, POSTPROC_ANNOTATIONS, refusal
-from dragonlab.evaluate import _worker_module
+from dragonlab.evaluate import worker_module
 from dragonlab.workers import Limits, RemoteError, Worker, WorkerError
 
 # What each argument of an instruction may name, one letter per parameter in script order:
@@ -75,7 +75,7 @@ _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
 
 
 _MODULES: dict = {}  # in a worker: key -> the module's JSON, loaded afresh for every replay
-# (TVM can change a module in place through a schedule made from it: evaluate._worker_module)
+# (TVM can change a module in place through a schedule made from it: evaluate.worker_module)
 _SCHEDULES: OrderedDict = OrderedDict()  # in a worker: the last prefixes replayed, and their schedules
 _KEEP = 32
 
@@ -85,7 +85,7 @@ def _module(key: str, mod_json: str | None):
         if mod_json is None:
             raise LookupError(f"module {key} is not loaded")
         _MODULES[key] = mod_json
-    return _worker_module(key, _MODULES[key])
+    return worker_module(key, _MODULES[key])
 
 
 def _replayed(key: str, mod_json: str | None, plain: list, *, fresh: bool = False):
@@ -151,7 +151,7 @@ def facts(key: str, mod_json: str | None, plain: list, *, progress=None) -> dict
     out["blocks"] = sorted(blocks)
     out["functions"] = sorted(gv.name_hint for gv in sch.mod.functions)
     last = trace.get_decision(trace.insts[-1]) if insts else None
-    out["decision"] = None if last is None else _plain(last)
+    out["decision"] = None if last is None else plain_value(last)
     return out
 
 
@@ -413,7 +413,7 @@ class ScriptFollower:
         kind = reader.kind
         if kind is None or line == kind.mnemonic:  # the mnemonic is being written
             word = line.split(" ")[0]
-            return complete or any(self._can_start(state, m) for m in _MNEMONICS if m.startswith(word))
+            return complete or any(self._can_start(state, m) for m in BY_MNEMONIC if m.startswith(word))
         open_value = reader.written - 1 if reader.value_end == len(line) else None
         if not self._values_ok(state, kind, reader.values[:reader.written], open_value):
             return False
@@ -500,7 +500,7 @@ class ScriptFollower:
         """Whether a line of `mnemonic` can apply at all, when its variables decide it."""
         key = (state.serial, mnemonic)
         if key not in self._starts:
-            kind, takes = _MNEMONICS[mnemonic], _TAKES[mnemonic]
+            kind, takes = BY_MNEMONIC[mnemonic], _TAKES[mnemonic]
             first = state.annotated if mnemonic == "unann" else state.usable[takes[0]] if takes else ()
             if kind.params and kind.params[0].type == "rv" and not first:
                 self._starts[key] = False  # nothing it could name
@@ -603,7 +603,7 @@ class ScriptFollower:
         return None if after is None else after.facts["decision"]
 
     def _count_ok(self, state: _State, mnemonic: str, values: list, text: str) -> bool:
-        if _MNEMONICS[mnemonic].count != "*" or not (text == "" or text.isdigit() and not text.startswith("0")):
+        if BY_MNEMONIC[mnemonic].count != "*" or not (text == "" or text.isdigit() and not text.startswith("0")):
             return False  # constrained scripts write only the counts the encoder would write
         if mnemonic not in _COUNTS:
             return True  # checked when the line is complete

@@ -205,7 +205,7 @@ class Evaluator:
             for k in keys:
                 evaluation = evaluations[k]
                 if evaluation.stage == "time" and self.config.time:
-                    evaluation = self._time(evaluation, artifacts[k], _arg_specs_of(by_key[k].mod))
+                    evaluation = self._time(evaluation, artifacts[k], arg_specs_of(by_key[k].mod))
                 elif evaluation.stage == "time":
                     evaluation = replace(evaluation, stage=OK)
                 bar.update(1 if self.config.time else 0)
@@ -226,7 +226,7 @@ class Evaluator:
                                                        artifact)])[0]
             latency = None
             if not isinstance(outcome, Exception):
-                timed = self._time_artifact(artifact, _arg_specs_of(workload.mod))
+                timed = self._time_artifact(artifact, arg_specs_of(workload.mod))
                 latency = statistics.median(timed) if isinstance(timed, list) else None
             Path(artifact).unlink(missing_ok=True)
             self._references[workload.key] = latency
@@ -341,7 +341,7 @@ def _module_json(w: Workload) -> str:
     return tvm.ir.save_json(w.mod)
 
 
-def _arg_specs_of(mod) -> list:
+def arg_specs_of(mod) -> list:
     """[(shape, dtype), ...] of a module's main function: picklable, for the worker processes."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
@@ -378,7 +378,7 @@ _REFERENCES: OrderedDict = OrderedDict()
 _ESCAPES: dict[str, set[str]] = {}
 
 
-def _worker_module(key: str, mod_json: str):
+def worker_module(key: str, mod_json: str):
     """A fresh copy of the workload's module for every use (2 ms). TVM 0.27 schedules can change
     the module they were made from: after `get root; ann b0 tiling "SSRSRS"; children b0 >2;
     loops b1 >4; fuse l4..5` on the quick depthwise conv2d, a new Schedule of the same module
@@ -411,7 +411,7 @@ def _postprocs(target_config: dict) -> list:
 def _unscheduled_escapes(key: str, mod_json: str) -> set[str]:
     """What the unscheduled module already reaches outside itself (cached per workload)."""
     if key not in _ESCAPES:
-        _ESCAPES[key] = allowlist.escapes(_worker_module(key, mod_json))
+        _ESCAPES[key] = allowlist.escapes(worker_module(key, mod_json))
     return _ESCAPES[key]
 
 
@@ -455,7 +455,7 @@ def _reference_outputs(key: str, mod, target, checks: int, seed: int) -> list[tu
         func = fast_build(mod, target)["main"]
         sets = []
         for s in range(checks):
-            inputs = _random_args(_arg_specs_of(mod), seed * 1000 + s)
+            inputs = _random_args(arg_specs_of(mod), seed * 1000 + s)
             sets.append((inputs, _run(func, inputs)))
         _REFERENCES[cache_key] = sets
         while len(_REFERENCES) > 8:
@@ -503,7 +503,7 @@ def build_script(key: str, mod_json: str, target_config: dict, plain: list, job:
     def stop(stage, reason, **extra):
         return {"stage": stage, "reason": reason, **extra}
 
-    mod = _worker_module(key, mod_json)
+    mod = worker_module(key, mod_json)
     target = Target(target_config)
     design = design_part(plain)
 
@@ -516,7 +516,7 @@ def build_script(key: str, mod_json: str, target_config: dict, plain: list, job:
     full = None
     if len(design[0]) < len(plain[0]):  # the script as written, post-processing part included, must apply
         try:
-            full = apply(plain, _worker_module(key, mod_json))  # not `mod`: applying `design` may have changed it
+            full = apply(plain, worker_module(key, mod_json))  # not `mod`: applying `design` may have changed it
         except Exception as e:
             return stop("apply", f"post-processing part: {_one_line(e)}")
 
@@ -563,7 +563,7 @@ def check_kernel(key: str, mod_json: str, target_config: dict, artifact: str, jo
     from tvm.target import Target
 
     progress("run")
-    reference = _reference_outputs(key, _worker_module(key, mod_json), Target(target_config), job["checks"],
+    reference = _reference_outputs(key, worker_module(key, mod_json), Target(target_config), job["checks"],
                                    job["seed"])
     try:
         func = tvm.runtime.load_module(artifact)["main"]
@@ -609,7 +609,7 @@ def build_reference(key: str, mod_json: str, target_config: dict, artifact: str,
     from dragonlab.measure import fast_build
 
     progress("build")
-    fast_build(_worker_module(key, mod_json), Target(target_config)).export_library(artifact)
+    fast_build(worker_module(key, mod_json), Target(target_config)).export_library(artifact)
 
 
 def time_kernel(artifact: str, arg_specs: list, number: int, repeat: int, min_repeat_ms: int,

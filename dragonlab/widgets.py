@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dragonlab import codec
-from dragonlab.allowlist import known_crash as _known_crash
+from dragonlab.allowlist import known_crash
 from dragonlab.jsonl import read_lines
 from dragonlab.workers import Limits, RemoteError, Worker, WorkerError
 from dragonlab.workloads import Workload
@@ -41,14 +41,14 @@ class Step:
 def _tir_after_each(mod_json: str, plain: list, every: bool, *, progress=None) -> list:
     """In the worker: the TIR after each prefix of the instructions (or only the whole script),
     stopping at the first instruction that fails."""
-    from dragonlab.evaluate import _worker_module
+    from dragonlab.evaluate import worker_module
 
     insts, decisions = plain
     out = []
     for n in (range(len(insts) + 1) if every else [len(insts)]):
         partial = [insts[:n], [d for d in decisions if d[0] < n]]
         try:
-            sch = codec.apply(partial, _worker_module("", mod_json))
+            sch = codec.apply(partial, worker_module("", mod_json))
         except Exception as e:  # the instruction that TVM refused: said, not raised
             out.append((None, f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"))
             break
@@ -77,7 +77,7 @@ class Scheduler:
         run = [plain[0][:crash], [d for d in plain[1] if d[0] < crash]] if crash is not None else plain
         texts = self._call(_tir_after_each, tvm.ir.save_json(workload.mod), run, True)
         if crash is not None and len(texts) == crash + 1 and texts[-1][1] is None:
-            texts.append((None, _known_crash(plain)))
+            texts.append((None, known_crash(plain)))
         steps = [Step(i, lines[i - 1] if i else "", tir, err) for i, (tir, err) in enumerate(texts)]
         if len(steps) < len(lines) + 1 and steps[-1].error is None:  # the worker died or timed out
             steps.append(Step(len(steps), lines[len(steps) - 1], None, "the worker stopped"))
@@ -91,8 +91,8 @@ class Scheduler:
             plain = codec.decode(script)
         except codec.CodecError as e:
             return None, f"decode: {e}"
-        if _known_crash(plain):
-            return None, _known_crash(plain)
+        if known_crash(plain):
+            return None, known_crash(plain)
         (tir, err), = self._call(_tir_after_each, tvm.ir.save_json(workload.mod), plain, False)
         return tir, err
 
@@ -110,7 +110,7 @@ def _first_crash(plain: list) -> int | None:
     """The index of the first instruction whose decision would crash TVM (see allowlist.known_crash)."""
     insts, decisions = plain
     for n in range(1, len(insts) + 1):
-        if _known_crash([insts[:n], [d for d in decisions if d[0] < n]]):
+        if known_crash([insts[:n], [d for d in decisions if d[0] < n]]):
             return n - 1
     return None
 
@@ -212,10 +212,10 @@ def work_of(workload: Workload) -> tuple[float, float]:
 
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    from dragonlab.evaluate import _arg_specs_of
+    from dragonlab.evaluate import arg_specs_of
 
     nbytes = sum(math.prod(shape) * int(re.search(r"\d+", dtype).group()) // 8  # float16 -> 2, bfloat16 -> 2
-                 for shape, dtype in _arg_specs_of(workload.mod))
+                 for shape, dtype in arg_specs_of(workload.mod))
     return float(estimate_tir_flops(workload.mod)), float(nbytes)
 
 

@@ -88,3 +88,18 @@ def test_vllm_rollouts_are_refused_here_with_the_reason(data, one_process, tmp_p
     err = capsys.readouterr().err
     assert "generation='vllm' needs" in err and "use generation='transformers'" in err
     assert not (tmp_path / "rl").exists()
+
+
+def test_rl_times_through_the_rpc_tracker_when_asked(data, one_process, tmp_path, capsys):
+    """`rl --runner rpc` hands the tracker to its evaluator (tests/test_evaluate.py times through a
+    loopback tracker): a tracker that is not there stops the run before any training."""
+    from conftest import free_port
+
+    from dragonlab.cli import main
+
+    args = ["rl", "--from", str(one_process), "--data", str(data), "--out", str(tmp_path / "rl"), "--runner", "rpc"]
+    assert main(args) == 2
+    assert "RLConfig.runner must be 'local', or 'rpc' with a tracker and a key" in capsys.readouterr().err
+    assert main(args + ["--tracker", f"127.0.0.1:{free_port()}", "--key", "gpu"]) == 2
+    assert "no RPC tracker at 127.0.0.1" in capsys.readouterr().err
+    assert not (tmp_path / "rl" / "checkpoints").exists()

@@ -50,7 +50,7 @@ def _slots() -> list[tuple[str, int]]:
 
 
 def _line(mnemonic: str, slot: int, value: str) -> str:
-    kind = codec._MNEMONICS[mnemonic]
+    kind = codec.BY_MNEMONIC[mnemonic]
     words, rvs = [mnemonic], iter(["b0", "l1", "l2"])
     for n, p in enumerate(kind.params):
         if n == slot:
