@@ -50,13 +50,14 @@ def card(root: str | os.PathLike, *, title: str | None = None) -> str:
         f["collected"] += (key, "cpu") in done
         f.update(by_key.get(key, Counter()))
     totals = Counter(r.status for r in records)
-    rows = ["| family | workloads | finished | " + " | ".join(s for s in STATUSES if s != TIMEOUT) + " |",
-            "|---|---:|---:|" + "---:|" * (len(STATUSES) - 1)]
+    rows = ["| family | workloads | finished | " + " | ".join(STATUSES) + " |", "|---|---:|---:|" + "---:|" * len(STATUSES)]
     for name, c in sorted(families.items()):
-        rows.append(f"| {name} | {c['workloads']} | {c['collected']} | "
-                    + " | ".join(str(c[s]) for s in STATUSES if s != TIMEOUT) + " |")
-    rows.append(f"| **all** | {len(workloads)} | {sum(c['collected'] for c in families.values())} | "
-                + " | ".join(f"**{totals[s]}**" for s in STATUSES if s != TIMEOUT) + " |")
+        rows.append(f"| {name} | {c['workloads']} | {c['collected']} | " + " | ".join(str(c[s]) for s in STATUSES) + " |")
+    finished = sum(c["collected"] for c in families.values())
+    rows.append(f"| **all** | {len(workloads)} | {finished} | " + " | ".join(f"**{totals[s]}**" for s in STATUSES) + " |")
+    progress = ("" if finished == len(workloads) else
+                f"\n**In progress**: {finished} of {len(workloads)} workloads finished; `make standard-corpus` "
+                f"goes on where it stopped.\n")
 
     machines = Counter(f"{r['machine']['cpu']}, {r['machine']['cores']} cores, {r['machine']['memory_gib']} GiB"
                        for r in runs)
@@ -89,10 +90,11 @@ def card(root: str | os.PathLike, *, title: str | None = None) -> str:
 
 Every candidate that MetaSchedule's evolutionary search measured while tuning the workloads of
 dragonlab's `standard` suite on the CPU (llvm): {len(workloads)} workloads, {len(records)} records,
-{totals[OK]} of them `ok` (with latencies). Timeouts are retried and never stored. Read it as it
-is with `dragonlab records stats {root}`, `dragonlab codec check {root}`, `dragonlab dataset
+{totals[OK]} of them `ok` (with latencies). A build or run that still timed out after its
+retries is kept as `timeout` ({totals[TIMEOUT]} here): no verdict on the schedule, never a latency,
+never data. Read it as it is with `dragonlab records stats {root}`, `dragonlab codec check {root}`, `dragonlab dataset
 build --records {root} --out DIR` and `dragonlab evaluate --db {root}`.
-
+{progress}
 ## Workloads
 
 The `standard` suite (`dragonlab.workloads`): 16 shapes of each of the {sum(1 for f in families if not f.startswith('model:'))}
