@@ -548,7 +548,7 @@ def _demo(args) -> int:
 
 
 # Seconds each demo stage took on an idle 2-core machine (README): the estimate's proportions.
-DEMO_SECONDS = {"03_dataset": 379, "codec check": 14, "04_sft": 172, "05_rl": 48, "06_evaluate": 569}
+DEMO_SECONDS = {"03_dataset": 526, "codec check": 12, "04_sft": 242, "05_rl": 76, "06_evaluate": 746}
 
 
 def _eta(done: list[tuple[str, float]], left: list[str]) -> str:

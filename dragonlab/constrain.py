@@ -209,7 +209,8 @@ class Replayer:
     """Applies scripts to a workload in a worker process (dragonlab.workers) and caches what it
     learns. A crash or a timeout there means the script does not apply; `crashes` counts them."""
 
-    def __init__(self, limits: Limits = Limits(timeout_sec=60.0, memory_bytes=4 << 30)):  # a first tensorize imports for 20 s
+    # A first tensorize imports TVM's tensor intrinsics: 20 s on an idle 2-core machine, over 60 s on a busy one.
+    def __init__(self, limits: Limits = Limits(timeout_sec=180.0, memory_bytes=4 << 30)):
         self.worker = Worker(limits)
         self.crashes = 0
         self._json: dict = {}
