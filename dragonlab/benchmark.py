@@ -26,6 +26,7 @@ import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from dragonlab.jsonl import JsonFormatError, read_json, write_atomic
@@ -55,7 +56,7 @@ class Benchmark:
         """The benchmark split of a workload key, or None for a training workload."""
         return self._index.get(key)
 
-    @property
+    @cached_property  # built once: dataset builds ask it for every workload
     def _index(self) -> dict[str, str]:
         return {k: s for s in SPLITS for k in self.splits[s]}
 

@@ -5,7 +5,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import free_port
+from lab_browser import _tail
 
 # Loopback needs no proxy, whatever the environment says.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -34,26 +35,13 @@ def require_serve_group() -> None:
                                          "(pip install -e '.[serve]', or make install)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 @contextlib.contextmanager
 def serving(model_dir: str | os.PathLike, log: str | os.PathLike, *, timeout_sec: float = 180.0):
     """Serve `model_dir` with `transformers serve` on a free loopback port; yield a `Served` once
     /health answers. The server runs in its own session with one torch thread, offline, and its
     process group is killed on the way out, the test's failure included."""
     require_serve_group()
-    model, log, port = str(model_dir), Path(log), _free_port()
+    model, log, port = str(model_dir), Path(log), free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TQDM_DISABLE": "1"}
     start = time.monotonic()
