@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the sh
 
 import trace_corpus  # noqa: E402
 
-from dragonlab import codec  # noqa: E402
+from dragonlab.core import codec  # noqa: E402
 import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
 
 

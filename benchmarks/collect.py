@@ -24,11 +24,11 @@ import tvm.s_tir.meta_schedule as ms
 import tvm.s_tir.tensor_intrin  # noqa: F401  (the one-off 16-22 s import, outside the timings)
 import xgboost  # noqa: F401
 
-from dragonlab.collect import CollectConfig, collect
-from dragonlab.measure import MeasureConfig
-from dragonlab.records import MS_FAILURE_SECS, OK, RecordStore
-from dragonlab.targets import get_target
-from dragonlab.workloads import suite
+from dragonlab.search.collect import CollectConfig, collect
+from dragonlab.search.measure import MeasureConfig
+from dragonlab.search.records import MS_FAILURE_SECS, OK, RecordStore
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
 
 
 def main() -> int:

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/constrained.py --model runs/demo/sft/model --data runs/demo/dataset
 
 Three runs per decoding mode on the same prompts and batches: the plain model; the model with
-`dragonlab.constrain.ScriptConstraint` as a logits processor (its worker process is started
+`dragonlab.learn.constrain.ScriptConstraint` as a logits processor (its worker process is started
 before the clock starts); and the plain model forced to write exactly what the constrained run
 wrote (a processor that leaves only the recorded token, which costs nothing). Tokens are
 generated tokens up to and including the end-of-sequence token.
@@ -26,8 +26,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from transformers import LogitsProcessorList  # noqa: E402
 
-from dragonlab import dataset, models  # noqa: E402
-from dragonlab.constrain import for_rows  # noqa: E402
+from dragonlab.learn import dataset, models  # noqa: E402
+from dragonlab.learn.constrain import for_rows  # noqa: E402
 import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
 
 

@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from dragonlab import dataset
-from dragonlab.prompts import PROMPT_FORMS, kernel_text
-from dragonlab.workloads import iter_suite, suite
+from dragonlab.learn import dataset
+from dragonlab.learn.prompts import PROMPT_FORMS, kernel_text
+from dragonlab.core.workloads import iter_suite, suite
 import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
 
 
@@ -104,9 +104,9 @@ def main() -> None:
         if demo.is_dir():
             paths = [demo]
         else:
-            from dragonlab.collect import CollectConfig, collect
-            from dragonlab.records import RecordStore
-            from dragonlab.targets import get_target
+            from dragonlab.search.collect import CollectConfig, collect
+            from dragonlab.search.records import RecordStore
+            from dragonlab.core.targets import get_target
 
             tmp = tempfile.TemporaryDirectory()
             quick = {w.family: w for w in reversed(suite("quick"))}

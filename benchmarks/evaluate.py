@@ -30,12 +30,12 @@ import fair
 import tvm.s_tir.meta_schedule as ms
 import tvm.s_tir.tensor_intrin  # noqa: F401  (the host's one-off import, outside the timings)
 
-from dragonlab.codec import apply
-from dragonlab.evaluate import EvalConfig, Evaluator
-from dragonlab.fuzz import sample_scripts
-from dragonlab.measure import MeasureConfig
-from dragonlab.targets import get_target
-from dragonlab.workloads import suite
+from dragonlab.core.codec import apply
+from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.evaluation.fuzz import sample_scripts
+from dragonlab.search.measure import MeasureConfig
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
 
 
 def main() -> int:

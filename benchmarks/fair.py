@@ -14,7 +14,7 @@ import sys
 
 import psutil
 
-from dragonlab.collect import machine as dragonlab_machine
+from dragonlab.search.collect import machine as dragonlab_machine
 
 BUSY_CORES = 0.25  # CPU other processes may use while a benchmark runs, in cores
 

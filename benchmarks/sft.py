@@ -3,7 +3,7 @@ measured in the same run.
 
     .venv/bin/python benchmarks/sft.py --data runs/demo/dataset [--presets scratch-tiny scratch-small smollm2-135m-lora]
 
-Training: `dragonlab.sft.train` (trl's SFTTrainer, loss on completions) for `--steps` steps,
+Training: `dragonlab.learn.sft.train` (trl's SFTTrainer, loss on completions) for `--steps` steps,
 against a plain torch loop (AdamW, the same model, batch size and examples, padded batches,
 loss on every token) for as many steps. Tokens are the non-padding tokens of the batches.
 Generation: `models.generate` with `--batch` prompts per batch (sampling, `--new-tokens` new
@@ -22,8 +22,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from dragonlab import dataset, models  # noqa: E402
-from dragonlab.sft import SFTConfig, train  # noqa: E402
+from dragonlab.learn import dataset, models  # noqa: E402
+from dragonlab.learn.sft import SFTConfig, train  # noqa: E402
 import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
 
 

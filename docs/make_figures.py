@@ -7,8 +7,8 @@
 import argparse
 from pathlib import Path
 
-from dragonlab.plots import reward_shape_figure
-from dragonlab.reward import RewardConfig
+from dragonlab.reporting.plots import reward_shape_figure
+from dragonlab.evaluation.reward import RewardConfig
 
 DOCS = Path(__file__).resolve().parent
 
@@ -21,8 +21,8 @@ def main() -> None:
     reward_shape_figure(RewardConfig()).write_image(out, scale=2)
     print(f"wrote {out}")
     if args.report:
-        from dragonlab.report import read_report
-        from dragonlab.report_html import write_pngs
+        from dragonlab.reporting.report import read_report
+        from dragonlab.reporting.report_html import write_pngs
 
         folder = args.report / "report" if (args.report / "report").is_dir() else args.report
         for path in write_pngs(read_report(folder), DOCS / "figures-tmp"):

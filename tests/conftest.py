@@ -12,12 +12,12 @@ import time
 import pytest
 
 from dragonlab.cli import main
-from dragonlab.collect import CollectConfig, collect
-from dragonlab.measure import RunnerUnavailableError, check_tracker
-from dragonlab.records import RecordStore
-from dragonlab.sft import SFTConfig, train
-from dragonlab.targets import get_target
-from dragonlab.workloads import suite
+from dragonlab.search.collect import CollectConfig, collect
+from dragonlab.search.measure import RunnerUnavailableError, check_tracker
+from dragonlab.search.records import RecordStore
+from dragonlab.learn.sft import SFTConfig, train
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
 
 import trace_corpus
 

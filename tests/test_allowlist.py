@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from dragonlab import allowlist, codec, defaults, explore
-from dragonlab.targets import get_target
-from dragonlab.workloads import suite
+from dragonlab.core import allowlist, codec
+
+from dragonlab.search import defaults, explore
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
 
 import trace_corpus
 

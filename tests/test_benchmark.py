@@ -10,10 +10,10 @@ from pathlib import Path
 import datasets
 import pytest
 
-from dragonlab import benchmark
-from dragonlab.benchmark import Benchmark, BenchmarkFormatError
+from dragonlab.search import benchmark
+from dragonlab.search.benchmark import Benchmark, BenchmarkFormatError
 from dragonlab.cli import main
-from dragonlab.workloads import GENERATORS, suite
+from dragonlab.core.workloads import GENERATORS, suite
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "cpu-standard-v1" / "benchmark.json"
 
@@ -72,7 +72,7 @@ def test_a_malformed_benchmark_names_the_field(tmp_path, edit, field):
 def _tiny_benchmark(collected, stores) -> Benchmark:
     """matmul in test, reduce_row held out, softmax in train."""
     matmul, softmax = collected[1]
-    from dragonlab.records import RecordStore
+    from dragonlab.search.records import RecordStore
 
     reduce_row = next(iter(RecordStore(stores[1]).workloads().values()))
     keys = {"test": (matmul.key,), "test_family": (reduce_row.key,), "validation": ()}
@@ -82,9 +82,9 @@ def _tiny_benchmark(collected, stores) -> Benchmark:
 
 @pytest.fixture(scope="module")
 def tiny_stores(collected, quick, tmp_path_factory):
-    from dragonlab.collect import CollectConfig, collect
-    from dragonlab.records import RecordStore
-    from dragonlab.targets import get_target
+    from dragonlab.search.collect import CollectConfig, collect
+    from dragonlab.search.records import RecordStore
+    from dragonlab.core.targets import get_target
 
     root = tmp_path_factory.mktemp("bench_extra")
     collect([quick["reduce_row"]], get_target("cpu"), RecordStore(root, create=True),

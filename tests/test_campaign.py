@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dragonlab import campaign, cli
+from dragonlab.cli import campaign
+
+from dragonlab import cli
 from dragonlab.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +95,7 @@ def test_the_quick_campaign_runs_the_demo_with_its_numbers(tmp_path, monkeypatch
     (the notebooks, the codec check and the report reading are stubbed out here)."""
     import papermill
 
-    import dragonlab.report
+    import dragonlab.reporting.report
 
     text = (CAMPAIGNS / "quick.toml").read_text().replace('out = "runs/demo"', f'out = "{tmp_path}"')
     quick = tmp_path / "quick.toml"
@@ -102,14 +104,14 @@ def test_the_quick_campaign_runs_the_demo_with_its_numbers(tmp_path, monkeypatch
     monkeypatch.setattr(papermill, "execute_notebook", lambda src, dst, parameters, **_: ran.update(
         {Path(src).stem: parameters}))
     monkeypatch.setattr(cli, "main", lambda argv: ran.update({"codec": argv}) or 0)  # the demo's codec check
-    monkeypatch.setattr(dragonlab.report, "read_report", lambda path: None)
+    monkeypatch.setattr(dragonlab.reporting.report, "read_report", lambda path: None)
     monkeypatch.setattr(cli, "summary_text", lambda report: "")
     monkeypatch.setenv("TQDM_DISABLE", "1")  # the demo sets it; restored after the test
     assert main(["campaign", "--config", str(quick)]) == 0
     c = campaign.load(quick)
     assert ran["03_dataset"]["trials"] == c.collect.trials and ran["03_dataset"]["holdout_family"] == "softmax"
     assert ran["04_sft"]["preset"] == c.sft.preset and ran["04_sft"]["max_steps"] == 20
-    from dragonlab.models import PRESETS
+    from dragonlab.learn.models import PRESETS
 
     assert (c.sft.batch_size, c.sft.learning_rate) == (PRESETS[c.sft.preset].batch_size,
                                                        PRESETS[c.sft.preset].learning_rate)
@@ -155,7 +157,7 @@ def test_the_demo_shows_each_stage_and_keeps_kernel_warnings_in_its_log(tmp_path
 
     import papermill
 
-    import dragonlab.report
+    import dragonlab.reporting.report
 
     def notebook(src, dst, parameters, progress_bar, **_):  # a kernel that warns, and papermill's bar
         subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('Kernel is running over TCP "
@@ -164,7 +166,7 @@ def test_the_demo_shows_each_stage_and_keeps_kernel_warnings_in_its_log(tmp_path
 
     monkeypatch.setattr(papermill, "execute_notebook", notebook)
     monkeypatch.setattr(cli, "main", lambda argv: 0)
-    monkeypatch.setattr(dragonlab.report, "read_report", lambda path: None)
+    monkeypatch.setattr(dragonlab.reporting.report, "read_report", lambda path: None)
     monkeypatch.setattr(cli, "summary_text", lambda report: "")
     monkeypatch.setenv("TQDM_DISABLE", "1")
     assert main(["demo", "--out", str(tmp_path)]) == 0

@@ -10,8 +10,8 @@ import tvm_ffi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dragonlab import codec
-from dragonlab.codec import ScriptSyntaxError, TraceFormatError, UnknownInstructionError
+from dragonlab.core import codec
+from dragonlab.core.codec import ScriptSyntaxError, TraceFormatError, UnknownInstructionError
 
 import trace_corpus
 

@@ -13,13 +13,13 @@ from collections import Counter
 import pytest
 
 from dragonlab.cli import main
-from dragonlab.collect import CollectConfig, collect, shard
-from dragonlab.measure import MeasureConfig, RunnerUnavailableError, check_tracker
+from dragonlab.search.collect import CollectConfig, collect, shard
+from dragonlab.search.measure import MeasureConfig, RunnerUnavailableError, check_tracker
 
 from conftest import free_port
-from dragonlab.records import OK, TIMEOUT, RecordStore
-from dragonlab.targets import get_target
-from dragonlab.workloads import suite
+from dragonlab.search.records import OK, TIMEOUT, RecordStore
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
 
 QUICK = {w.family: w for w in reversed(suite("quick"))}  # first of each family
 CLI = [sys.executable, "-m", "dragonlab.cli"]
@@ -158,7 +158,7 @@ def test_rpc_key_without_server_fails_fast(rpc_tracker):
 
 
 def test_benchmark_search_continues_each_judged_workload_to_its_budget(collected, tmp_path, capsys):
-    from dragonlab.benchmark import Benchmark, save
+    from dragonlab.search.benchmark import Benchmark, save
 
     root, (matmul, softmax), _ = collected
     store = tmp_path / "store"

@@ -8,10 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dragonlab import codec, dataset, models
-from dragonlab.attempts import sample_and_evaluate, summary
-from dragonlab.constrain import Replayer, ScriptConstraint, ScriptFollower, _tile_ok, choose, for_rows
-from dragonlab.evaluate import Evaluator
+from dragonlab.core import codec
+
+from dragonlab.learn import dataset, models
+from dragonlab.learn.attempts import sample_and_evaluate, summary
+from dragonlab.learn.constrain import Replayer, ScriptConstraint, ScriptFollower, _tile_ok, choose, for_rows
+from dragonlab.evaluation.evaluate import Evaluator
 
 import trace_corpus
 

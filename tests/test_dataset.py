@@ -13,15 +13,17 @@ import tvm_ffi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dragonlab import codec, dataset
+from dragonlab.core import codec
+
+from dragonlab.learn import dataset
 from dragonlab.cli import main
-from dragonlab.collect import CollectConfig, collect
-from dragonlab.dataset import SPLITS, DatasetConfig
-from dragonlab.evaluate import _postprocs
-from dragonlab.prompts import CONSTRUCTION, REFINEMENT, kernel_text
-from dragonlab.records import OK, Record, RecordStore, trace_text
-from dragonlab.targets import get_target
-from dragonlab.workloads import Workload, iter_suite, suite
+from dragonlab.search.collect import CollectConfig, collect
+from dragonlab.learn.dataset import SPLITS, DatasetConfig
+from dragonlab.evaluation.evaluate import _postprocs
+from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, kernel_text
+from dragonlab.search.records import OK, Record, RecordStore, trace_text
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import Workload, iter_suite, suite
 
 HOLDOUT = "reduce_row"
 

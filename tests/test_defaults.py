@@ -5,10 +5,10 @@ import pytest
 import tvm
 import tvm_ffi
 
-from dragonlab.codec import apply, decode, to_plain
-from dragonlab.defaults import default_rule, default_schedule, default_script
-from dragonlab.evaluate import EvalConfig, Evaluator
-from dragonlab.workloads import suite
+from dragonlab.core.codec import apply, decode, to_plain
+from dragonlab.search.defaults import default_rule, default_schedule, default_script
+from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.core.workloads import suite
 
 QUICK = suite("quick")
 
@@ -72,7 +72,7 @@ def test_cuda_defaults_are_what_tvms_cuda_pipeline_schedules():
     """The rule order is TVM's: its own cuda ApplyDefaultSchedule pass gives the same functions."""
     from tvm.relax.backend.cuda.pipeline import legalize_passes
 
-    from dragonlab.targets import get_target
+    from dragonlab.core.targets import get_target
 
     target = get_target("cuda-sm80").tvm()
     default_pass = legalize_passes(target)[-1]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dragonlab.sft import read_log
+from dragonlab.learn.sft import read_log
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCELERATE = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",

@@ -10,12 +10,12 @@ import pytest
 from tvm.s_tir import Schedule
 
 from dragonlab.cli import main
-from dragonlab.codec import encode, to_plain
-from dragonlab.evaluate import OK, EvalConfig, Evaluation, Evaluator, evaluate_records
-from dragonlab.measure import MeasureConfig
-from dragonlab.records import RecordStore
-from dragonlab.reward import RewardConfig, reward
-from dragonlab.workloads import suite
+from dragonlab.core.codec import encode, to_plain
+from dragonlab.evaluation.evaluate import OK, EvalConfig, Evaluation, Evaluator, evaluate_records
+from dragonlab.search.measure import MeasureConfig
+from dragonlab.search.records import RecordStore
+from dragonlab.evaluation.reward import RewardConfig, reward
+from dragonlab.core.workloads import suite
 
 FP16_MATMUL = next(w for w in suite("quick") if w.family == "matmul" and w.dtype == "float16")
 FAST = EvalConfig(workers=2, measure=MeasureConfig(number=2, repeat=3, min_repeat_ms=10))
@@ -91,8 +91,8 @@ def test_a_reindex_buffer_type_that_aborts_tvm_is_refused(evaluator, records):
 
 def test_a_crash_in_a_worker_is_an_evaluation_and_the_next_one_works(records):
     """The worker really dies (SIGFPE inside TVM) when the host check is bypassed."""
-    from dragonlab import evaluate as ev_module
-    from dragonlab.workers import Limits, Worker
+    from dragonlab.evaluation import evaluate as ev_module
+    from dragonlab.evaluation.workers import Limits, Worker
 
     w, r = _matmul_record(records)
     bad = copy.deepcopy(r.trace)
@@ -152,7 +152,7 @@ def test_wrong_numerics_get_no_bonus(evaluator, quick, monkeypatch):
     sch.cache_write(block, 0, "global")
     sch.unsafe_set_dtype(block, 0, "float16")
     assert evaluator.evaluate(w, to_plain(sch.trace)).stage == "validate"
-    monkeypatch.setattr("dragonlab.allowlist.refusal", lambda *_: None)
+    monkeypatch.setattr("dragonlab.core.allowlist.refusal", lambda *_: None)
     e = evaluator.evaluate(w, to_plain(sch.trace))
     assert e.stage == "check" and "differs from the unscheduled kernel" in e.reason
     assert e.latencies is None and reward(e) == RewardConfig().check
@@ -193,7 +193,7 @@ def test_reward_ladder_and_bonus_are_bounded():
 
 
 def test_cuda_scripts_validate_and_build_to_source_without_a_gpu(quick):
-    from dragonlab.explore import sample_traces
+    from dragonlab.search.explore import sample_traces
 
     w = quick["matmul"]
     valid = to_plain(sample_traces(w, "cuda-sm80", n=1, seed=3)[0].sch.trace)
@@ -235,7 +235,7 @@ def test_timing_through_the_rpc_tracker(rpc_tracker, records):
 def test_layout_rewriting_kernels_are_checked_on_the_workload_layout(evaluator, quick):
     """RewriteLayout makes conv2d kernels expect pre-laid-out weights; the check must still run
     the workload's own layout, and the timing the pre-laid-out one, as MetaSchedule measures."""
-    from dragonlab.explore import sample_traces
+    from dragonlab.search.explore import sample_traces
 
     w = quick["conv2d_nhwc"]
     scripts = [encode(s.sch.trace) for s in sample_traces(w, "cpu", n=2, seed=5)]
@@ -254,11 +254,11 @@ def test_a_kernel_whose_timing_fails_is_correct_without_a_latency(records):
 
 _STAND_IN = """
 import json, sys
-from dragonlab import codec
-from dragonlab.evaluate import _postprocs
-from dragonlab.explore import design_spaces, tune_context
-from dragonlab.targets import get_target
-from dragonlab.workloads import suite
+from dragonlab.core import codec
+from dragonlab.evaluation.evaluate import _postprocs
+from dragonlab.search.explore import design_spaces, tune_context
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
 
 target = get_target("cpu")
 workloads = [w for w in suite("quick") if w.family in ("matmul", "conv2d_nchw", "softmax", "dense_bias_act")]

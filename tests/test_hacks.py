@@ -27,11 +27,11 @@ from typing import Callable
 import pytest
 from tvm.s_tir import Schedule
 
-from dragonlab.codec import decode, encode, to_plain
-from dragonlab.evaluate import OK, EvalConfig, Evaluator
-from dragonlab.measure import MeasureConfig
-from dragonlab.reward import RewardConfig, reward
-from dragonlab.workloads import suite
+from dragonlab.core.codec import decode, encode, to_plain
+from dragonlab.evaluation.evaluate import OK, EvalConfig, Evaluator
+from dragonlab.search.measure import MeasureConfig
+from dragonlab.evaluation.reward import RewardConfig, reward
+from dragonlab.core.workloads import suite
 
 CONFIG = EvalConfig(workers=1, measure=MeasureConfig(number=2, repeat=3, min_repeat_ms=10))
 REFUSED = ("decode", "apply", "validate")
@@ -277,7 +277,7 @@ def verdicts():
 def unguarded():
     """The hacks that other checks must stop too, judged with the allowlist switched off."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("dragonlab.allowlist.refusal", lambda *_: None)
+        patch.setattr("dragonlab.core.allowlist.refusal", lambda *_: None)
         return _evaluate([h for h in HACKS + HOLES if h.unguarded])
 
 

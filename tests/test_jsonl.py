@@ -1,6 +1,6 @@
 """Append-only JSON-lines files: a writer killed mid-line loses that line and nothing else,
 the next append starts on a line of its own, and a corrupt line that is not the last is an
-error naming file and line. Every append-only file of the project goes through dragonlab.jsonl."""
+error naming file and line. Every append-only file of the project goes through dragonlab.core.jsonl."""
 
 import json
 import os
@@ -11,19 +11,19 @@ import sys
 
 import pytest
 
-from dragonlab.attempts import Attempt, read_attempts
-from dragonlab.baselines import _read_times
-from dragonlab.evaluate import Evaluation
-from dragonlab.jsonl import JsonFormatError, append_lines, read_json, read_lines
-from dragonlab.records import OK, Record, RecordFormatError, RecordStore
-from dragonlab.sft import read_log
+from dragonlab.learn.attempts import Attempt, read_attempts
+from dragonlab.search.baselines import _read_times
+from dragonlab.evaluation.evaluate import Evaluation
+from dragonlab.core.jsonl import JsonFormatError, append_lines, read_json, read_lines
+from dragonlab.search.records import OK, Record, RecordFormatError, RecordStore
+from dragonlab.learn.sft import read_log
 
 # Appends pairs of 64 KiB lines, numbered from argv[2], under a file-size limit of argv[3]
 # bytes: the kernel writes up to the limit, then kills the writer with SIGXFSZ. A kill that
 # lands at a chosen byte, mid-line, with no timing to race.
 WRITER = """
 import resource, signal, sys
-from dragonlab.jsonl import append_lines
+from dragonlab.core.jsonl import append_lines
 path, i, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; the kernel's default kills
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
@@ -158,7 +158,7 @@ def test_every_append_only_file_reads_past_a_torn_tail_and_appends_cleanly(tmp_p
 
 
 def test_write_atomic_replaces_the_whole_file(tmp_path):
-    from dragonlab.jsonl import write_atomic
+    from dragonlab.core.jsonl import write_atomic
 
     path = tmp_path / "report.json"
     write_atomic(path, '{"a": 1}\n')
@@ -167,7 +167,7 @@ def test_write_atomic_replaces_the_whole_file(tmp_path):
 
 
 def test_sealing_keeps_every_complete_line_in_the_same_bytes_and_never_replaces(tmp_path):
-    from dragonlab.jsonl import seal
+    from dragonlab.core.jsonl import seal
 
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     for path in (a, b):
@@ -187,7 +187,7 @@ def test_sealing_keeps_every_complete_line_in_the_same_bytes_and_never_replaces(
 
 @pytest.mark.parametrize("content", [b"not gzip at all\n", None])
 def test_a_damaged_sealed_file_is_an_error_naming_it(tmp_path, content):
-    from dragonlab.jsonl import seal
+    from dragonlab.core.jsonl import seal
 
     path = tmp_path / "a.jsonl"
     append_lines(path, [{"n": i} for i in range(1000)])

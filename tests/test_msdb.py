@@ -6,12 +6,12 @@ import tvm.s_tir.meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from dragonlab.cli import main
-from dragonlab.explore import sample_traces
-from dragonlab.measure import fast_build
-from dragonlab.msdb import export_database, import_databases, read_database
-from dragonlab.records import FAILED, OK, UNMEASURED, RecordStore
-from dragonlab.targets import get_target
-from dragonlab.workloads import suite
+from dragonlab.search.explore import sample_traces
+from dragonlab.search.measure import fast_build
+from dragonlab.search.msdb import export_database, import_databases, read_database
+from dragonlab.search.records import FAILED, OK, UNMEASURED, RecordStore
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
 
 QUICK = {w.family: w for w in reversed(suite("quick"))}  # first of each family
 

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from dragonlab.evaluate import OK, Evaluation
-from dragonlab.plots import latency_figure, reward_shape_figure, stage_counts, stage_figure
-from dragonlab.reward import RewardConfig, reward
+from dragonlab.evaluation.evaluate import OK, Evaluation
+from dragonlab.reporting.plots import latency_figure, reward_shape_figure, stage_counts, stage_figure
+from dragonlab.evaluation.reward import RewardConfig, reward
 
 
 def _ok(latency: float, reference: float, repairs=()) -> Evaluation:

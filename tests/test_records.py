@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from dragonlab.records import (OK, RUN_ERROR, TIMEOUT, Record, RecordFormatError, RecordStore,
-                               classify_error, merge, stats)
+from dragonlab.search.records import (OK, RUN_ERROR, TIMEOUT, Record, RecordFormatError, RecordStore,
+                                      classify_error, merge, stats)
 
 TRACE_A = [[["GetSBlock", [], ["C", "main"], ["b0"]]], []]
 TRACE_B = [[["GetSBlock", [], ["D", "main"], ["b0"]]], []]
@@ -92,7 +92,7 @@ def test_shards_merge_without_duplicates(tmp_path):
 
 def test_a_sealed_shard_reads_as_it_is_while_another_shard_goes_on(tmp_path, capsys):
     from dragonlab.cli import main
-    from dragonlab.workloads import matmul
+    from dragonlab.core.workloads import matmul
 
     w = matmul(m=8, n=8, k=8)
     done = RecordStore(tmp_path, shard="0-of-2", create=True)

@@ -6,13 +6,13 @@ import shutil
 
 import pytest
 
-from dragonlab import dataset
-from dragonlab.attempts import Attempt
+from dragonlab.learn import dataset
+from dragonlab.learn.attempts import Attempt
 from dragonlab.cli import main
-from dragonlab.compare import compare, sign_test
-from dragonlab.evaluate import OK, Evaluation, Evaluator
-from dragonlab.reward import RewardConfig, reward
-from dragonlab.rl import RLConfig, ShapedReward, train
+from dragonlab.reporting.compare import compare, sign_test
+from dragonlab.evaluation.evaluate import OK, Evaluation, Evaluator
+from dragonlab.evaluation.reward import RewardConfig, reward
+from dragonlab.learn.rl import RLConfig, ShapedReward, train
 
 
 def test_shaped_reward_judges_each_script_and_logs_the_components(data):
@@ -59,7 +59,8 @@ def test_grpo_from_the_tiny_sft_model_logs_rewards_and_resumes(tiny, data, tmp_p
 
 
 def test_grpo_rollouts_can_be_constrained(tiny, data, tmp_path, monkeypatch):
-    from dragonlab import codec, rl
+    from dragonlab.core import codec
+    from dragonlab.learn import rl
 
     made = []
     real = rl._constrain_rollouts

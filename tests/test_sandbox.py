@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dragonlab import sandbox
+from dragonlab.evaluation import sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 PRELUDE = """
 import json, os, sys
 {imports}
-from dragonlab.sandbox import harden
+from dragonlab.evaluation.sandbox import harden
 APPLIED = harden()
 
 def refused(fn, *args):
@@ -242,7 +242,7 @@ def _probe_in_worker(path, *, progress):
 
 def test_a_sandbox_worker_refuses_writes_and_sockets_and_keeps_answering(tmp_path, monkeypatch):
     require("seccomp")
-    from dragonlab.workers import Worker
+    from dragonlab.evaluation.workers import Worker
 
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # this module, importable there
     w = Worker(sandbox=True)

@@ -19,9 +19,9 @@ import pytest
 import tvm
 from tvm import tirx
 
-from dragonlab import codec
-from dragonlab.evaluate import EvalConfig, Evaluator
-from dragonlab.workloads import suite
+from dragonlab.core import codec
+from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.core.workloads import suite
 
 WORKLOAD = "elementwise_fusion_m64_n64_ops-add-mul-relu_float32"
 PREFIX = "get add0\nloops b0 >2\n"
@@ -130,7 +130,7 @@ def test_no_payload_in_any_slot_gets_past_validation_or_runs(cases):
 
 def test_behind_the_allowlist_nothing_runs_either(cases, monkeypatch):
     witness, scripts = cases
-    monkeypatch.setattr("dragonlab.allowlist.refusal", lambda *_: None)
+    monkeypatch.setattr("dragonlab.core.allowlist.refusal", lambda *_: None)
     traces = _decoded(scripts)
     evaluations = _evaluate(traces)
     assert witness.nothing_happened()

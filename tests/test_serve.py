@@ -8,11 +8,11 @@ import pytest
 import torch
 from serve import require_serve_group, serving
 
-from dragonlab import models
-from dragonlab.attempts import write_and_evaluate
-from dragonlab.evaluate import OK, STAGES, EvalConfig, Evaluation, Evaluator
-from dragonlab.llm import EXAMPLE_KERNEL, EXAMPLE_SCRIPT, ChatModel
-from dragonlab.prompts import CONSTRUCTION, construction_prompt, kernel_text
+from dragonlab.learn import models
+from dragonlab.learn.attempts import write_and_evaluate
+from dragonlab.evaluation.evaluate import OK, STAGES, EvalConfig, Evaluation, Evaluator
+from dragonlab.learn.llm import EXAMPLE_KERNEL, EXAMPLE_SCRIPT, ChatModel
+from dragonlab.learn.prompts import CONSTRUCTION, construction_prompt, kernel_text
 
 # A served model answers a few hundred prompt tokens a second on a busy 2-core machine, and the
 # system prompt alone is about 2,500 tokens: replies take tens of seconds, so keep them short.

@@ -10,11 +10,14 @@ import sys
 import time
 
 
-from dragonlab import codec, dataset, models
-from dragonlab.attempts import Attempt, read_attempts, sample_and_evaluate, summary
+from dragonlab.core import codec
+
+
+from dragonlab.learn import dataset, models
+from dragonlab.learn.attempts import Attempt, read_attempts, sample_and_evaluate, summary
 from dragonlab.cli import main
-from dragonlab.evaluate import Evaluator
-from dragonlab.sft import SFTConfig, read_log, train
+from dragonlab.evaluation.evaluate import Evaluator
+from dragonlab.learn.sft import SFTConfig, read_log, train
 
 
 def test_scratch_tiny_learns_its_examples_and_its_scripts_decode(tiny, data):

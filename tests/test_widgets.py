@@ -3,10 +3,10 @@ tests/test_browser.py renders them in JupyterLab)."""
 
 import pytest
 
-from dragonlab import codec
-from dragonlab.evaluate import EvalConfig, Evaluator
-from dragonlab.explore import sample_traces
-from dragonlab.widgets import Candidate, Comparison, Roofline, Scheduler, stepper
+from dragonlab.core import codec
+from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.search.explore import sample_traces
+from dragonlab.reporting.widgets import Candidate, Comparison, Roofline, Scheduler, stepper
 
 
 @pytest.fixture(scope="module")

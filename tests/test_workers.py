@@ -6,7 +6,7 @@ import psutil
 import pytest
 
 import worker_jobs
-from dragonlab.workers import Limits, RemoteError, Worker, WorkerCrashed, WorkerPool, WorkerTimeout
+from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerCrashed, WorkerPool, WorkerTimeout
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +92,7 @@ def test_pool_keeps_order_and_leaks_no_process():
 
 
 def test_progress_bars_honour_tqdm_disable(monkeypatch):
-    from dragonlab.progress import progress_bar
+    from dragonlab.core.progress import progress_bar
 
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     assert not progress_bar(range(3), progress=True).disable

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm.s_tir.analysis import estimate_tir_flops
 
-from dragonlab import workloads as W
-from dragonlab.workloads import Workload, WorkloadFormatError
+from dragonlab.core import workloads as W
+from dragonlab.core.workloads import Workload, WorkloadFormatError
 
 CPU = {"kind": "llvm", "num-cores": 2}
 

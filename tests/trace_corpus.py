@@ -16,7 +16,7 @@ from tvm import te, topi
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import Trace
 
-from dragonlab import explore
+from dragonlab.search import explore
 
 CPU = {"kind": "llvm", "num-cores": 2}
 CUDA = {"kind": "cuda", "arch": "sm_80", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,

@@ -1,0 +1,3 @@
+from dragonlab.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,146 @@
+"""Run directories of the long jobs (SFT, RL, the report): claim, checkpoints, logs, processes.
+
+A run directory is claimed by writing `run.json` (the run's config); a rerun with the same
+config resumes, another config is refused. Trainer checkpoints count once `trainer_state.json`,
+the last file the Trainer writes, is in them; an incomplete one (a kill during the save) is
+removed before resuming. `log.jsonl` is append-only; readers keep the last line per step.
+
+Launched by `accelerate launch` (several processes, one run directory), every process calls
+the same functions: the main process claims, cleans and writes; the others wait for it
+(`main_first`) and then only read. `processes()` is the shared `accelerate.PartialState`, which
+the Trainer also uses, so the process group is set up once, on gloo for CPUs.
+
+Nothing here imports TVM: SFT and RL import it only to judge scripts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+from dragonlab.core.jsonl import append_lines, read_json, read_lines, write_atomic
+
+
+def processes():
+    """The processes of this run (`accelerate.PartialState`): one, or those `accelerate launch` started."""
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def is_main() -> bool:
+    return processes().is_main_process
+
+
+@contextlib.contextmanager
+def main_first():
+    """The main process runs the block first; the others run it after it has finished."""
+    with processes().main_process_first():
+        yield
+
+
+def wait_for_everyone() -> None:
+    processes().wait_for_everyone()
+
+
+def per_process(total: int, what: str, n: int | None = None) -> int:
+    """A global batch split evenly over `n` processes (default: this run's): the same config
+    trains the same way whatever the number of processes."""
+    n = n or processes().num_processes
+    if total % n:
+        raise ValueError(f"{what} {total} does not split evenly over {n} processes")
+    return total // n
+
+
+def claim(out: Path, config, data, **extra) -> None:
+    """Make `out` this run's directory: a new one, or one holding the same config (a resume).
+    `config` is the run's dataclass; `extra` what else fixes the run. Call it in `main_first`
+    when several processes share the run: the main one writes, the others check."""
+    run = json.loads(json.dumps({"config": asdict(config), "data": str(Path(data).resolve()), **extra}))  # as read back
+    meta = out / "run.json"
+    if meta.exists():
+        old = read_json(meta)
+        if not (isinstance(old, dict) and isinstance(old.get("config"), dict)):
+            raise FileExistsError(f"{meta}: not a dragonlab run.json (no config object); choose a new --out")
+        if old != run:
+            raise FileExistsError(f"{out} holds another run ({meta} differs: {_diff(old, run)}); "
+                                  "choose a new --out or rerun with the same settings to resume")
+        return
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not a dragonlab run directory; choose a new --out")
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(meta, json.dumps(run, indent=1) + "\n")
+
+
+def _diff(old: dict, new: dict) -> str:
+    flat = lambda d: {**{f"config.{k}": v for k, v in d["config"].items()},  # noqa: E731
+                      **{k: v for k, v in d.items() if k != "config"}}
+    a, b = flat(old), flat(new)
+    return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+
+
+def step_of(checkpoint: Path) -> int:
+    return int(checkpoint.name.rsplit("-", 1)[1])
+
+
+def last_complete_checkpoint(folder: Path) -> Path | None:
+    """The newest complete checkpoint under `folder`; incomplete ones are removed (main process)."""
+    if not folder.is_dir():
+        return None
+    found = sorted((p for p in folder.glob("checkpoint-*") if p.name.rsplit("-", 1)[1].isdigit()), key=step_of)
+    complete = [p for p in found if (p / "trainer_state.json").is_file()]
+    for p in found:
+        if p not in complete:
+            shutil.rmtree(p, ignore_errors=True)  # cut short by a kill during the save
+    return complete[-1] if complete else None
+
+
+def log_callback(path: Path):
+    """A Trainer callback that appends every log line (loss, rewards, ...) to `path` with its step,
+    from the main process only."""
+    from transformers import TrainerCallback
+
+    class Log(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and state.is_world_process_zero:
+                append_lines(path, [{"step": state.global_step, **logs}])
+
+    return Log()
+
+
+def read_log(path: str | os.PathLike) -> list[dict]:
+    """The log's lines, the last one per (step, kind) kept (a resumed run repeats some steps)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    last = {(d.get("step"), "eval" in d, "train_runtime" in d): d for d in read_lines(path, _log_line)}
+    return sorted(last.values(), key=lambda d: (d.get("step", 0), "eval" in d))
+
+
+def _log_line(d: dict) -> dict:
+    if not isinstance(d, dict):
+        raise ValueError("a log line must be a JSON object")
+    return d
+
+
+REPORT_TO = ("none", "tensorboard")
+
+
+def reporting(report_to: str, out: Path) -> list:
+    """Trainer callbacks that also send the training curves to `report_to`: "tensorboard" writes
+    event files under `out/tensorboard` (offline; `tensorboard --logdir out/tensorboard`), from
+    the main process only. The trainers' own `report_to` stays "none" so nothing else is set up."""
+    if report_to not in REPORT_TO:
+        raise ValueError(f"report_to must be one of {', '.join(REPORT_TO)}, got {report_to!r}")
+    if report_to == "none":
+        return []
+    from transformers.integrations import TensorBoardCallback
+
+    callback = TensorBoardCallback()
+    callback.logging_dir = str(out / "tensorboard")
+    return [callback]

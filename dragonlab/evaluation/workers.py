@@ -1,0 +1,266 @@
+"""Worker processes for untrusted work: hard time limits, memory limits, crash reports.
+
+A script from a model can crash the process that applies it (a zero tile factor raises SIGFPE
+inside TVM), hang in a kernel, or allocate without bound. Each `Worker` is a long-lived child
+process (reused for throughput) that runs one call at a time. The limits are enforced from the
+outside: the parent waits on the pipe with a deadline and kills the child when it passes, so a
+kernel spinning in C++ with the GIL held cannot stall the parent (TVM's own PopenWorker relies
+on a timer thread inside the child). The memory limit is RLIMIT_AS in the child.
+
+The child answers with JSON, never with pickles: a process that ran untrusted work (a kernel
+that might, against every check before it, execute code of its own) can send wrong data, which
+the caller checks, but cannot make the parent construct objects or run code. Calls still go to
+the child as pickles (the parent is trusted). A `sandbox` worker also hardens itself at start
+(`dragonlab.evaluation.sandbox`: no new processes, files or sockets) before it takes any call.
+
+A call may report progress (`progress("build")`) before it returns, so that a crash or a
+timeout can be attributed to the stage it happened in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+
+class WorkerError(Exception):
+    """The call did not return: it timed out, or the process died. `.stage` is the last
+    progress the call reported."""
+
+    def __init__(self, message: str, stage: str | None):
+        super().__init__(message)
+        self.stage = stage
+
+
+class WorkerTimeout(WorkerError):
+    pass
+
+
+class WorkerCrashed(WorkerError):
+    pass
+
+
+class RemoteError(Exception):
+    """The call raised; the message is the remote exception's type and text, `.stage` the last
+    progress the call reported."""
+
+    def __init__(self, message: str, stage: str | None = None):
+        super().__init__(message)
+        self.stage = stage
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_sec: float = 60.0  # one call
+    memory_bytes: int | None = 8 << 30
+    setup_sec: float = 600.0  # the setup call of a fresh worker (imports can take a minute on a busy machine)
+
+
+MAX_MESSAGE = 64 << 20  # bytes of one answer: results are verdicts and short lists, never tensors
+
+
+def _send(outbox: Connection, kind: str, value) -> None:
+    try:
+        data = json.dumps([kind, value])
+    except (TypeError, ValueError):
+        data = json.dumps(["error", f"TypeError: the call returned a {type(value).__name__}, not JSON data"])
+    outbox.send_bytes(data.encode())
+
+
+def _serve(inbox: Connection, outbox: Connection, memory_bytes: int, sandbox: bool) -> None:
+    """The child's loop: receive (function, args), send progress and then the result."""
+    # Ctrl-C (or a notebook kernel's interrupt, sent to its process group) is for the parent: it
+    # decides what becomes of a call, and ends its workers itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if memory_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    if sandbox:
+        import numpy  # noqa: F401  (what kernel workers need, imported before the doors close)
+        import tvm  # noqa: F401
+
+        from dragonlab.evaluation.sandbox import harden
+
+        harden()
+
+    def progress(stage: str) -> None:
+        _send(outbox, "progress", stage)
+
+    while True:
+        try:
+            fn, args = inbox.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        try:
+            _send(outbox, "result", fn(*args, progress=progress))
+        except MemoryError:
+            _send(outbox, "error", "MemoryError: out of memory (worker limit)")
+        except Exception as e:  # everything the call raises goes back as data
+            _send(outbox, "error", f"{type(e).__name__}: {e}")
+
+
+class Worker:
+    """One child process; `call` runs `fn(*args, progress=...)` in it under the limits."""
+
+    def __init__(self, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None, *,
+                 sandbox: bool = False):
+        """`setup` runs once in each fresh process, under `limits.setup_sec`, before any call:
+        slow one-off work (imports, caches) must not eat into a call's time limit. `sandbox`:
+        the process hardens itself before its first call (for workers that run kernels)."""
+        self.limits = limits
+        self.setup = setup
+        self.sandbox = sandbox
+        self._proc: subprocess.Popen | None = None
+        self._inbox = self._outbox = None
+
+    def _start(self) -> None:
+        # A fresh interpreter running this module (not fork: TVM and torch hold threads and
+        # locks; not multiprocessing's spawn: it re-imports the caller's __main__ script).
+        from_parent, to_child = os.pipe()  # (read end, write end)
+        from_child, to_parent = os.pipe()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "dragonlab.evaluation.workers", str(from_parent), str(to_parent),
+             str(self.limits.memory_bytes or 0), "sandbox" if self.sandbox else "plain"],
+            pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
+        os.close(from_parent)
+        os.close(to_parent)
+        self._outbox = Connection(to_child, readable=False)
+        self._inbox = Connection(from_child, writable=False)
+
+    def call(self, fn: Callable, *args, timeout_sec: float | None = None) -> Any:
+        if self._proc is None or self._proc.poll() is not None:
+            self._kill()
+            self._start()
+            if self.setup:
+                self._call(self.setup[0], self.setup[1], self.limits.setup_sec)
+        return self._call(fn, args, timeout_sec or self.limits.timeout_sec)
+
+    def _call(self, fn: Callable, args: tuple, timeout: float) -> Any:
+        try:
+            self._outbox.send((fn, args))
+        except (OSError, ValueError):
+            code = self._reap()
+            raise WorkerCrashed(f"worker died ({_describe_exit(code)})", None) from None
+        deadline = time.monotonic() + timeout
+        stage = None
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                ready = left > 0 and self._inbox.poll(left)
+                if not ready:
+                    self._kill()
+                    raise WorkerTimeout(f"timed out after {timeout:g} s", stage)
+                kind, value = _message(self._inbox.recv_bytes(MAX_MESSAGE))
+            except (EOFError, OSError, ConnectionError):
+                code = self._reap()
+                raise WorkerCrashed(f"worker died ({_describe_exit(code)})", stage) from None
+            except ValueError as e:  # not the protocol: the process cannot be trusted to go on
+                self._kill()
+                raise WorkerCrashed(f"worker sent malformed data ({e})", stage) from None
+            if kind == "progress":
+                stage = value
+            elif kind == "result":
+                return value
+            else:
+                raise RemoteError(value, stage)
+
+    def _reap(self) -> int | None:
+        try:
+            code = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._kill()
+        return code
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            self._inbox.close()
+            self._outbox.close()
+        self._proc = self._inbox = self._outbox = None
+
+    def close(self) -> None:
+        self._kill()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+
+def _message(data: bytes) -> tuple[str, object]:
+    """A child's message: ["progress", stage], ["result", value] or ["error", text]."""
+    try:
+        kind, value = json.loads(data)
+    except (ValueError, TypeError, RecursionError) as e:
+        raise ValueError(f"not a JSON message: {type(e).__name__}") from None
+    if kind not in ("progress", "result", "error") or (kind != "result" and not isinstance(value, str)):
+        raise ValueError(f"unknown message {str(kind)[:20]!r}")
+    return kind, value
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
+
+
+class WorkerPool:
+    """`n` workers; `map` runs calls in parallel, one thread per worker, results in order."""
+
+    def __init__(self, n: int, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None, *,
+                 sandbox: bool = False):
+        self.workers = [Worker(limits, setup, sandbox=sandbox) for _ in range(max(1, n))]
+
+    def map(self, fn: Callable, argsets: list[tuple], *, timeout_sec: float | None = None,
+            on_result: Callable[[int, Any], None] | None = None) -> list:
+        """Each result is the call's return value or the WorkerError/RemoteError it raised."""
+        results: list = [None] * len(argsets)
+        next_index = iter(range(len(argsets)))
+        lock = threading.Lock()
+
+        def drain(worker: Worker) -> None:
+            while True:
+                with lock:
+                    i = next(next_index, None)
+                if i is None:
+                    return
+                try:
+                    results[i] = worker.call(fn, *argsets[i], timeout_sec=timeout_sec)
+                except (WorkerError, RemoteError) as e:
+                    results[i] = e
+                if on_result:
+                    on_result(i, results[i])
+
+        threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in self.workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
+
+    def pids(self) -> list[int]:
+        return [w.pid for w in self.workers if w.pid]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False),
+           int(sys.argv[3]), sys.argv[4] == "sandbox")

@@ -1,0 +1,201 @@
+"""Attempts: a model's scripts for a dataset split, each judged by the evaluator.
+
+Per-attempt correctness is the paper's headline number: every generated script counts, the
+ones that do not even decode included. An `Attempt` keeps the script and its `Evaluation`;
+`summary` counts them per task with the stage each one stopped at.
+
+The speedup of a correct attempt is measured against a reference timed in the same run: the
+unscheduled kernel for construction, the prompt's input script for refinement.
+
+`sample_and_evaluate` appends one JSON line per attempt to a file as soon as the attempt is
+judged, and skips the attempts the file already holds: killed, it resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from dragonlab.core.progress import progress_bar
+
+from dragonlab.evaluation.evaluate import STAGES, Evaluation, Evaluator
+from dragonlab.core.jsonl import append_lines, read_lines
+from dragonlab.learn.prompts import REFINEMENT, TASKS
+from dragonlab.core.workloads import Workload
+
+
+@dataclass(frozen=True)
+class Attempt:
+    split: str
+    index: int  # the example's row in its split
+    sample: int  # which of the n attempts at that example
+    task: str
+    workload: str  # Workload.key
+    name: str
+    script: str  # what the model wrote, untrusted
+    evaluation: Evaluation
+    ending: str | None = None  # constrained decoding: "eos", "dead end" or "length" (constrain.py)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["evaluation"] = self.evaluation.to_json()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Attempt":
+        return cls(**{**d, "evaluation": Evaluation.from_json(d["evaluation"])})
+
+
+def evaluate_attempts(evaluator: Evaluator, workloads: dict[str, Workload], rows: list[dict],
+                      scripts: list[list[str]], *, split: str = "", progress: bool = False,
+                      endings: list[list[str]] | None = None) -> list[Attempt]:
+    """Judge `scripts[i][s]`, the s-th attempt at `rows[i]`. For refinement rows the prompt's
+    input script is evaluated in the same batch and is the speedup's reference. `endings`: how
+    each constrained attempt ended, in the shape of `scripts`."""
+    refs: dict[int, float | None] = {}
+    refinement = [i for i, row in enumerate(rows) if row["task"] == REFINEMENT]
+    if refinement:
+        inputs = evaluator.evaluate_many([(workloads[rows[i]["workload"]], rows[i]["input_script"]) for i in refinement],
+                                         progress=False)
+        refs = {i: e.latency for i, e in zip(refinement, inputs)}
+    items, where = [], []
+    for i, (row, attempts) in enumerate(zip(rows, scripts)):
+        for s, script in enumerate(attempts):
+            items.append((workloads[row["workload"]], script))
+            where.append((i, s))
+    evaluations = evaluator.evaluate_many(items, reference_latencies=[refs.get(i) for i, _ in where],
+                                          progress=progress)
+    # An empty script is the unscheduled kernel: correct, and no attempt at all (a refusal, a
+    # reply with nothing in it). It counts as writing nothing, not as a correct schedule.
+    evaluations = [Evaluation(e.workload, e.target, "decode", "empty script: nothing was written")
+                   if not script.strip() else e for (_, script), e in zip(items, evaluations)]
+    return [Attempt(split, rows[i].get("index", i), s, rows[i]["task"], rows[i]["workload"], rows[i].get("name", ""),
+                    scripts[i][s], e, endings[i][s] if endings else None) for (i, s), e in zip(where, evaluations)]
+
+
+class ModelWriter:
+    """A local model as a script writer: `write(prompts, n=, seed=)` gives n scripts per prompt.
+    `constrained`: through `dragonlab.learn.constrain` (every script decodes and applies); then
+    `endings(n)` says how each script of the last call ended. Close it (or use `with`)."""
+
+    def __init__(self, model, tokenizer, *, temperature: float = 0.8, max_new_tokens: int = 512,
+                 batch_size: int = 8, rows: list[dict] = (), workloads: dict | None = None, constrained: bool = False):
+        from dragonlab.learn.constrain import for_rows
+
+        self.model, self.tokenizer = model, tokenizer
+        self.temperature, self.max_new_tokens, self.batch_size = temperature, max_new_tokens, batch_size
+        self.constraint = for_rows(tokenizer, rows, workloads) if constrained and rows else None
+
+    def write(self, prompts: list[str], *, n: int, seed: int) -> list[list[str]]:
+        from dragonlab.learn.models import generate
+
+        return generate(self.model, self.tokenizer, prompts, n=n, temperature=self.temperature,
+                        max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, seed=seed,
+                        constraint=self.constraint)
+
+    def add_prompts(self, rows: list[dict], workloads: dict) -> None:
+        """Let the constraint follow scripts for more prompts (rows with "prompt" and "workload")."""
+        if self.constraint is not None:
+            self.constraint.modules.update({row["prompt"]: workloads[row["workload"]].mod for row in rows})
+
+    def endings(self, n: int) -> list[list[str]] | None:
+        return self.constraint.take_endings(n) if self.constraint else None
+
+    def close(self) -> None:
+        if self.constraint is not None:  # its worker process
+            self.constraint.close()
+
+    def __enter__(self) -> "ModelWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def sample_and_evaluate(model, tokenizer, evaluator: Evaluator, dataset, workloads: dict[str, Workload], *,
+                        split: str = "test", n: int = 4, temperature: float = 0.8, max_new_tokens: int = 512,
+                        limit: int | None = None, batch_size: int = 8, out: str | os.PathLike | None = None,
+                        seed: int = 0, progress: bool = True, constrained: bool = False) -> list[Attempt]:
+    """n attempts at each example of `dataset[split]` (the first `limit`), generated, judged and
+    appended to `out` (a JSON-lines file) example by example; attempts already there are kept.
+    `constrained`: generate with `dragonlab.learn.constrain` (every script decodes and applies)."""
+    if split not in dataset:
+        raise KeyError(f"the dataset has no {split!r} split (it has {', '.join(dataset)})")
+    rows = [dict(row, index=i) for i, row in enumerate(dataset[split])][:limit]
+    todo = pending(rows, split, out)
+    with ModelWriter(model, tokenizer, temperature=temperature, max_new_tokens=max_new_tokens,
+                     batch_size=batch_size, rows=todo, workloads=workloads, constrained=constrained) as writer:
+        return write_and_evaluate(writer, evaluator, rows, workloads, split=split, n=n, out=out, seed=seed,
+                                  per_batch=max(1, batch_size // n), progress=progress)
+
+
+def pending(rows: list[dict], split: str, out: str | os.PathLike | None) -> list[dict]:
+    """The rows (with their "index") that the attempts file `out` holds no attempts for yet."""
+    have = {(a.split, a.index) for a in read_attempts(out)} if out and Path(out).exists() else set()
+    return [row for row in rows if (split, row["index"]) not in have]
+
+
+def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads: dict[str, Workload], *,
+                       split: str, n: int, out: str | os.PathLike | None = None, seed: int = 0, per_batch: int = 1,
+                       progress: bool = True) -> list[Attempt]:
+    """n attempts by `writer` (anything with `write(prompts, n=, seed=)`: a `ModelWriter`, an
+    `llm.ChatModel`) at each row (a dataset row with its "index" in `split`), judged and appended
+    to `out` batch by batch; rows `out` already holds are not attempted again. The seed of a
+    batch is `seed` + its first row's index, so a resumed run writes what an unbroken one would."""
+    done = [a for a in read_attempts(out) if a.split == split] if out and Path(out).exists() else []
+    indices = {row["index"] for row in rows}
+    attempts = [a for a in done if a.index in indices]
+    have = {a.index for a in done}
+    todo = [row for row in rows if row["index"] not in have]
+    with progress_bar(total=len(rows), initial=len(rows) - len(todo), unit="example",
+                      desc=f"attempts ({split})", progress=progress) as bar:
+        for start in range(0, len(todo), per_batch):
+            chunk = todo[start:start + per_batch]
+            scripts = writer.write([row["prompt"] for row in chunk], n=n, seed=seed + chunk[0]["index"])
+            endings = writer.endings(n) if hasattr(writer, "endings") else None
+            judged = evaluate_attempts(evaluator, workloads, chunk, scripts, split=split, endings=endings)
+            if out:  # append-only: an interrupted run keeps every judged attempt
+                append_lines(out, (a.to_json() for a in judged))
+            attempts.extend(judged)
+            bar.update(len(chunk))
+    return sorted(attempts, key=lambda a: (a.index, a.sample))
+
+
+def read_attempts(path: str | os.PathLike) -> list[Attempt]:
+    """The attempts of a file; a torn last line (a kill) is skipped, and its attempt is redone."""
+    return list(read_lines(path, Attempt.from_json))
+
+
+def summary(attempts: list[Attempt]) -> list[dict]:
+    """One row per task (and 'all'): attempts, correct and exact rates, and where the rest stopped."""
+    rows = []
+    for task in (*TASKS, "all"):
+        group = [a for a in attempts if task in ("all", a.task)]
+        if not group:
+            continue
+        stages = Counter(a.evaluation.stage for a in group)
+        speedups = sorted(a.evaluation.speedup for a in group if a.evaluation.correct and a.evaluation.speedup)
+        ended = Counter(a.ending for a in group)
+        rows.append({"task": task, "attempts": len(group),
+                     "correct": sum(a.evaluation.correct for a in group) / len(group),
+                     "exact": sum(a.evaluation.exact for a in group) / len(group),
+                     "repaired": sum(a.evaluation.correct and a.evaluation.repaired for a in group),
+                     "median_speedup": speedups[len(speedups) // 2] if speedups else None,
+                     "dead_ends": ended["dead end"], "cut_at_length": ended["length"],
+                     "stopped_at": {s: stages[s] for s in STAGES if stages[s]}})
+    return rows
+
+
+def format_summary(rows: list[dict]) -> str:
+    head = f"{'task':<13}{'attempts':>9}{'correct':>9}{'exact':>8}{'speedup':>9}  stopped at (stage: attempts)"
+    lines = [head]
+    for r in rows:
+        speedup = f"{r['median_speedup']:.2f}x" if r["median_speedup"] else "-"
+        stopped = ", ".join(f"{s}: {c}" for s, c in r["stopped_at"].items()) or "none"
+        if r.get("dead_ends") or r.get("cut_at_length"):  # constrained: scripts ended before the model ended them
+            stopped += f"; cut short: {r['dead_ends']} dead ends, {r['cut_at_length']} at the token limit"
+        lines.append(f"{r['task']:<13}{r['attempts']:>9}{r['correct']:>9.1%}{r['exact']:>8.1%}{speedup:>9}  {stopped}")
+    return "\n".join(lines)
+

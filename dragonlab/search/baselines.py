@@ -1,0 +1,111 @@
+"""The systems a model is measured against, each giving scripts judged by the same evaluator.
+
+- `unscheduled`: the empty script, the kernel as written (every speedup's denominator).
+- `search`: MetaSchedule's evolutionary search (`dragonlab.search.collect`, every candidate kept) run
+  once per held-out workload to the largest budget; "MetaSchedule at N trials" is the best of
+  its first N measured candidates. Its wall time per workload is kept beside the records.
+- `seeded search`: the same search whose database starts with a model's correct kernels. They
+  are stored as measured candidates of the run, so they count against its trial budget: at
+  N trials, seeded and plain search have measured the same number of kernels.
+- `random`: k postprocessed samples drawn from the design spaces (`explore.sample_traces`), the
+  same number of measurements as the model's best-of-k.
+- `dlight`: TVM's default schedules (`dragonlab.search.defaults`).
+
+Every chosen kernel is re-timed by the evaluator in the report's run, so latencies compare with
+the model's; recorded search latencies are used only to say which candidate is best and when
+the search first reached a given latency.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dragonlab.core import codec
+from dragonlab.core.jsonl import append_lines, read_lines
+from dragonlab.search.records import OK, Record, RecordStore
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import Workload
+
+
+@dataclass(frozen=True)
+class SearchRun:
+    """One workload's search: the candidates' recorded latencies (None: failed) in trial order."""
+
+    workload: str
+    latencies: list[float | None]
+    traces: list[list | None]
+    seconds: float | None  # wall time of the search (None: resumed from a run that did not record it)
+    seeded: int = 0  # candidates that came from a model, at the start
+
+    def best_within(self, trials: int) -> tuple[float, list] | None:
+        """(recorded latency, trace) of the best of the first `trials` candidates."""
+        ok = [(t, tr) for t, tr in zip(self.latencies[:trials], self.traces[:trials]) if t is not None]
+        return min(ok, key=lambda x: x[0]) if ok else None
+
+    def trials_to_reach(self, latency: float) -> int | None:
+        """The first trial count whose best recorded latency is at most `latency` (None: never)."""
+        best = math.inf
+        for i, t in enumerate(self.latencies, 1):
+            if t is not None and t < best:
+                best = t
+            if best <= latency:
+                return i
+        return None
+
+
+def search(workloads: list[Workload], target: str, trials: int, root: str | os.PathLike, *,
+           seeds: dict[str, list[tuple[list, tuple[float, ...]]]] | None = None, seed: int = 0,
+           progress: bool = True) -> dict[str, SearchRun]:
+    """MetaSchedule search on each workload for `trials` measured candidates, into the record
+    store `root` (resumes). `seeds[key]`: (plain trace, latencies) of kernels that start the
+    search's database; they are the run's first candidates and count against `trials`."""
+    from dragonlab.search.collect import CollectConfig, collect
+
+    spec = get_target(target)
+    store = RecordStore(root, create=True)
+    times_file = Path(root) / "seconds.jsonl"
+    times = _read_times(times_file)
+    done = store.done()
+    for w in workloads:
+        if done.get((w.key, spec.name), 0) >= trials:
+            continue
+        have = store.records(target=spec.name, workload=w.key)
+        if seeds and not have:
+            picked = seeds.get(w.key, [])[:trials]
+            store.add_workloads([w])
+            store.append([Record(w.key, spec.name, trace, OK, tuple(lat), source="model") for trace, lat in picked])
+        start = time.monotonic()
+        collect([w], spec, store, CollectConfig(trials=trials, seed=seed), progress=progress)
+        if not have:  # a resumed search's wall time is unknown
+            times[w.key] = time.monotonic() - start
+            append_lines(times_file, [{"workload": w.key, "seconds": times[w.key]}])
+    out = {}
+    for w in workloads:
+        records = store.records(target=spec.name, workload=w.key)
+        records.sort(key=lambda r: (r.source != "model", r.trial if r.trial is not None else -1))
+        records = [r for r in records if r.status != "timeout"][:trials]
+        out[w.key] = SearchRun(w.key, [statistics.median(r.latencies) if r.status == OK else None for r in records],
+                               [r.trace if r.status == OK else None for r in records], times.get(w.key),
+                               sum(r.source == "model" for r in records))
+    return out
+
+
+def _read_times(path: Path) -> dict[str, float]:
+    return dict(read_lines(path, lambda d: (d["workload"], d["seconds"]))) if path.exists() else {}
+
+
+def random_scripts(workload: Workload, target: str, n: int, seed: int = 1) -> list[str]:
+    """n postprocessed random samples of the design spaces, as scripts."""
+    from dragonlab.search.explore import sample_traces
+
+    return [codec.encode(s.sch.trace) for s in sample_traces(workload, target, n=n, seed=seed)]
+
+
+def unscheduled_script() -> str:
+    """The script with no instructions: the kernel as written."""
+    return ""

@@ -1,0 +1,196 @@
+"""Collection: MetaSchedule's evolutionary search, keeping every measured candidate.
+
+This drives one `TuneContext` per workload through the same steps as MetaSchedule's task
+scheduler (generate candidates, build, run, notify the search strategy, update the cost
+model, commit to the database) so that it can (a) write every candidate, not just the best,
+to the append-only store as soon as its batch is measured, (b) retry timeouts instead of
+storing them as failures, and (c) resume a killed run: records already on disk are loaded into
+the search's database and count against the trial budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+from dataclasses import dataclass, field
+
+from dragonlab.core.progress import progress_bar
+
+import tvm.s_tir.meta_schedule as ms
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.schedule import Trace
+
+from dragonlab.core.codec import to_plain
+from dragonlab.search.explore import tune_context
+from dragonlab.search.measure import Measurer, MeasureConfig, make_runner
+from dragonlab.search.records import OK, TIMEOUT, MS_FAILURE_SECS, Record, RecordStore, classify_error
+from dragonlab.core.targets import TargetSpec
+from dragonlab.core.workloads import Workload
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    trials: int = field(default=32, metadata={"help": "measured candidates per workload"})
+    trials_per_round: int = field(default=16, metadata={"help": "candidates per search round (one batch)"})
+    seed: int = field(default=0, metadata={"help": "search seed; one workload's seed derives from it and its key"})
+    runner: str = field(default="local", metadata={"help": "'local' or 'rpc'"})
+    tracker: str | None = field(default=None, metadata={"help": "HOST:PORT of the RPC tracker (rpc runner)"})
+    key: str | None = field(default=None, metadata={"help": "device key registered at the tracker (rpc runner)"})
+    search_threads: int | str = field(default="physical", metadata={"help": "threads of the evolutionary search and cost model ('physical' = physical cores, as tune_tir)"})
+    measure: MeasureConfig = MeasureConfig()
+
+
+@dataclass
+class CollectSummary:
+    measured: int = 0  # new records written in this run
+    skipped: int = 0  # workloads already finished in the store
+    timeouts: int = 0
+    failed_workloads: list[str] = field(default_factory=list)  # "name: reason"
+
+
+def shard(workloads: list[Workload], spec: str | None) -> list[Workload]:
+    """Deterministic split by key: shard `i/n` takes the workloads whose key is i mod n."""
+    if not spec:
+        return workloads
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard must be I/N with 0 <= I < N, got {spec!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"--shard must be I/N with 0 <= I < N, got {spec!r}")
+    return [w for w in workloads if int(w.key) % n == i]
+
+
+def machine() -> dict:
+    """The machine that measures: CPU model, cores, memory, OS, and the versions that matter."""
+    import os
+    import platform
+
+    import psutil
+    import tvm
+
+    from dragonlab import __version__
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        model = None
+    return {"cpu": model or platform.processor() or platform.machine(),
+            "cores": psutil.cpu_count(logical=False), "threads": psutil.cpu_count(),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30), "os": platform.platform(),
+            "python": platform.python_version(), "tvm": tvm.__version__, "dragonlab": __version__,
+            "load_average": round(os.getloadavg()[0], 2)}
+
+
+def shard_name(spec: str) -> str:
+    """The file suffix of shard `i/n`: "i-of-n" (records.i-of-n.jsonl)."""
+    shard([], spec)  # validates
+    return spec.replace("/", "-of-")
+
+
+def collect(workloads: list[Workload], target: TargetSpec, store: RecordStore,
+            config: CollectConfig = CollectConfig(), *, progress: bool = True) -> CollectSummary:
+    """Tune each workload for `config.trials` measured candidates, appending every one to `store`."""
+    _quiet_metaschedule()
+    store.add_workloads(workloads)
+    done = store.done()
+    summary = CollectSummary()
+    runner = make_runner(config.runner, config.measure, tracker=config.tracker, key=config.key)
+    measurer = Measurer(config.measure, runner, device_type=target.device_type)
+    bar = progress_bar(total=len(workloads) * config.trials, unit="cand", progress=progress, file=sys.stderr)
+    try:
+        for w in workloads:
+            if done.get((w.key, target.name), 0) >= config.trials:
+                summary.skipped += 1
+                bar.update(config.trials)
+                continue
+            bar.set_description(w.name)
+            try:
+                _collect_one(w, target, store, config, measurer, bar, summary)
+            except Exception as e:  # one broken workload must not end a long collection
+                summary.failed_workloads.append(f"{w.name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    finally:
+        bar.close()
+        measurer.close()
+    return summary
+
+
+def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: CollectConfig,
+                 measurer: Measurer, bar, summary: CollectSummary) -> None:
+    tvm_target = target.tvm()
+    existing = store.records(target=target.name, workload=w.key)
+    counted = [r for r in existing if r.status != TIMEOUT]
+    bar.update(min(len(counted), config.trials))
+    remaining = config.trials - len(counted)
+    next_round = max((r.round for r in existing if r.round is not None), default=-1) + 1
+    next_trial = max((r.trial for r in existing if r.trial is not None), default=-1) + 1
+
+    database = ms.database.MemoryDatabase()
+    token = database.commit_workload(w.mod)
+    args_info = ArgInfo.from_prim_func(w.mod["main"])
+    for r in existing:  # resume: the search starts from what was measured before the kill
+        if r.status == OK:
+            database.commit_tuning_record(ms.database.TuningRecord(
+                _trace_of(r.trace, w), token, list(r.latencies), tvm_target, args_info))
+    seen = {r.identity for r in existing}
+
+    if remaining > 0:
+        rand_state = random.Random(f"{config.seed}/{w.key}/{target.name}/{next_round}").randrange(1, 2**31 - 1)
+        ctx = tune_context(w.mod, tvm_target, seed=rand_state, search_strategy="evolutionary", task_name=w.name,
+                           num_threads=config.search_threads)
+        cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=ctx.num_threads)
+        ctx.pre_tuning(max_trials=remaining, num_trials_per_iter=min(config.trials_per_round, remaining),
+                       design_spaces=ctx.generate_design_space(), database=database, cost_model=cost_model)
+        while remaining > 0:
+            candidates = ctx.generate_measure_candidates()
+            if not candidates:
+                break
+            candidates = list(candidates)[:remaining]
+            results = measurer.measure([c.sch.mod for c in candidates],
+                                       [c.args_info for c in candidates], tvm_target)
+            ctx.notify_runner_results(candidates, results)
+            cost_model.update(ctx, candidates, results)
+            new = []
+            for c, res in zip(candidates, results):
+                rec = _record(w, target, c, res, next_round, next_trial)
+                next_trial += 1
+                if rec.status != TIMEOUT:  # a timeout says nothing about the schedule
+                    database.commit_tuning_record(ms.database.TuningRecord(
+                        c.sch.trace, token, list(rec.latencies or [MS_FAILURE_SECS]), tvm_target, c.args_info))
+                if rec.identity in seen:
+                    continue
+                seen.add(rec.identity)
+                new.append(rec)
+            store.append(new)  # one batch = one append: a kill loses at most the batch in flight
+            measured = sum(r.status != TIMEOUT for r in new)
+            summary.measured += len(new)
+            summary.timeouts += len(new) - measured
+            remaining -= measured
+            bar.update(measured)
+            next_round += 1
+        ctx.post_tuning()
+    store.mark_done(w.key, target.name, config.trials)
+
+
+def _record(w: Workload, target: TargetSpec, candidate, result, round_: int, trial: int) -> Record:
+    trace = to_plain(candidate.sch.trace)
+    if result.error_msg is None:
+        secs = tuple(float(s) for s in result.run_secs)
+        return Record(w.key, target.name, trace, OK, secs, None, round_, trial)
+    status = classify_error(result.error_msg)
+    reason = " ".join(result.error_msg.split())[:300]
+    return Record(w.key, target.name, trace, status, None, reason, round_, trial)
+
+
+def _trace_of(plain_trace: list, w: Workload) -> Trace:
+    sch = Schedule(w.mod)
+    Trace.apply_json_to_schedule(plain_trace, sch)
+    return sch.trace
+
+
+def _quiet_metaschedule() -> None:
+    """MetaSchedule logs every round at INFO; the progress bar already says it."""
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)

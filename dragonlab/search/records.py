@@ -1,0 +1,282 @@
+"""Search records: every measured MetaSchedule candidate, kept on disk append-only.
+
+A `RecordStore` is a directory:
+
+    workloads.jsonl          one line per workload: the exact IRModule it was tuned on
+    records[.SHARD].jsonl    one line per measured candidate (a `Record`)
+    progress[.SHARD].jsonl   one line per (workload, target) whose collection finished
+    collection[.SHARD].jsonl one line per `dragonlab collect` run: machine, versions, settings, time
+
+Every file is append-only (`dragonlab.core.jsonl`: a torn last line left by a kill is ignored on
+read and cut off before the next append, so a kill -9 loses at most the lines being written).
+Shards (`--shard i/n`) write their own files in the same directory or in separate ones;
+reading de-duplicates, so merging is `cat`. A finished file can be sealed (`seal`): compressed
+to `<name>.gz`, which readers read as it is and which never changes again, so a shipped corpus
+goes into git file by file while later shards are still being collected.
+
+Records keep the module they were tuned on by workload key, and the workload file keeps the
+module itself: the structural hash ignores block names, but traces look blocks up by name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from dragonlab.core.jsonl import append_lines, read_lines, seal
+from dragonlab.core.workloads import Workload
+
+# What happened to a measured candidate. Only "ok" records carry latencies and become data;
+# "timeout" means the build or run was killed for time (often a busy machine, not a bad
+# schedule), so it is neither a latency nor a schedule failure.
+# "failed" is a failure whose stage is unknown (MetaSchedule databases do not say), and
+# "unmeasured" a trace committed without a measurement (a sampled design space, say): a trace
+# for the codec, never a latency.
+OK, BUILD_ERROR, RUN_ERROR, FAILED, TIMEOUT, UNMEASURED = (
+    "ok", "build_error", "run_error", "failed", "timeout", "unmeasured")
+STATUSES = (OK, BUILD_ERROR, RUN_ERROR, FAILED, TIMEOUT, UNMEASURED)
+
+# MetaSchedule commits failed measurements with this run time.
+MS_FAILURE_SECS = 1e10
+
+
+class RecordFormatError(ValueError):
+    """A record or workload file line that is not what dragonlab wrote: names file and line."""
+
+
+@dataclass(frozen=True)
+class Record:
+    workload: str  # Workload.key: decimal structural hash, as in MetaSchedule's database
+    target: str  # dragonlab target name ("cpu", "cuda-sm80", ...)
+    trace: list = field(repr=False)  # the full trace in MetaSchedule's JSON form, plain values
+    status: str = OK
+    latencies: tuple[float, ...] | None = None  # seconds, one per repeat; only when status == ok
+    error: str | None = None
+    round: int | None = None  # search round of the collection that measured it
+    trial: int | None = None  # index of the candidate within its (workload, target) collection
+    source: str = "collect"
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise RecordFormatError(f"status {self.status!r} is not one of {STATUSES}")
+        if (self.status == OK) != bool(self.latencies):
+            raise RecordFormatError(f"a record with status {self.status!r} must "
+                                    f"{'' if self.status == OK else 'not '}carry latencies")
+
+    @property
+    def latency(self) -> float | None:
+        """Median of the repeats, in seconds."""
+        return statistics.median(self.latencies) if self.latencies else None
+
+    @property
+    def identity(self) -> tuple[str, str, str]:
+        """What makes two records the same data point: one trace on one workload and target."""
+        return (self.workload, self.target, trace_text(self.trace))
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["latencies"] = list(self.latencies) if self.latencies else None
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Record":
+        """The record a JSON object describes, every field checked; RecordFormatError names the field."""
+        if not isinstance(d, dict):
+            raise RecordFormatError(f"a record must be a JSON object, got {_json_type(d)}")
+        missing = [k for k in ("workload", "target", "trace", "status") if k not in d]
+        if missing:
+            raise RecordFormatError(f"record is missing field {missing[0]!r}")
+        unknown = set(d) - set(_FIELDS)
+        if unknown:
+            raise RecordFormatError(f"record has unknown field {sorted(unknown)[0]!r}")
+        for name, value in d.items():
+            kind, nullable = _FIELDS[name]
+            if not (value is None and nullable or isinstance(value, kind) and not isinstance(value, bool)):
+                raise RecordFormatError(f"field {name!r} must be {_JSON_NAMES[kind]}{' or null' if nullable else ''}, "
+                                        f"got {_json_type(value)}")
+        if len(d["trace"]) != 2 or not all(isinstance(part, list) for part in d["trace"]):
+            raise RecordFormatError("field 'trace' must be [instructions, decisions]")
+        lat = d.get("latencies")
+        if lat is not None and not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                       and x > 0 for x in lat):
+            raise RecordFormatError("field 'latencies' must hold positive finite seconds")
+        return cls(**{**d, "latencies": tuple(lat) if lat else None})
+
+
+# The JSON type of each field of a stored Record, and whether it may be null.
+_FIELDS = {"workload": (str, False), "target": (str, False), "trace": (list, False), "status": (str, False),
+           "latencies": (list, True), "error": (str, True), "round": (int, True), "trial": (int, True),
+           "source": (str, False)}
+_JSON_NAMES = {str: "a string", list: "an array", int: "an integer", float: "a number", dict: "an object",
+               bool: "a boolean", type(None): "null"}
+
+
+def _json_type(value) -> str:
+    return next((name for kind, name in _JSON_NAMES.items() if type(value) is kind), type(value).__name__)
+
+
+def trace_text(trace: list) -> str:
+    """Canonical compact JSON of a plain trace: the identity used for de-duplication."""
+    return json.dumps(trace, separators=(",", ":"))
+
+
+def classify_error(message: str) -> str:
+    """Tell a timeout (retry it) from a schedule that failed to build or run."""
+    if "Timeout" in message or "timed out" in message:
+        return TIMEOUT
+    return BUILD_ERROR if "Builder" in message else RUN_ERROR
+
+
+class RecordStore:
+    """A directory of append-only JSON-lines files; see the module docstring."""
+
+    def __init__(self, root: str | os.PathLike, *, shard: str = "", create: bool = False):
+        self.root = Path(root)
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        elif not self.root.is_dir():
+            raise FileNotFoundError(f"record store {self.root} does not exist")
+        self._suffix = f".{shard}" if shard else ""
+
+    # writing -------------------------------------------------------------------------------
+    def add_workloads(self, workloads: Iterable[Workload]) -> None:
+        known = set(self.workloads())
+        new = [w.to_json() for w in workloads if w.key not in known]
+        append_lines(self.root / "workloads.jsonl", new)
+
+    def append(self, records: Iterable[Record]) -> None:
+        append_lines(self.root / f"records{self._suffix}.jsonl", (r.to_json() for r in records))
+
+    def mark_done(self, workload: str, target: str, trials: int) -> None:
+        append_lines(self.root / f"progress{self._suffix}.jsonl",
+                     [{"workload": workload, "target": target, "trials": trials}])
+
+    def log_run(self, entry: dict) -> None:
+        append_lines(self.root / f"collection{self._suffix}.jsonl", [entry])
+
+    # reading -------------------------------------------------------------------------------
+    def runs(self) -> list[dict]:
+        """Every logged collection run (see `log_run`), in file order."""
+        return [d for path in self.files("collection") for d in read_lines(path, _run, error=RecordFormatError)]
+
+    def seal(self, shard: str | None = None, *, part: bool = False) -> list[Path]:
+        """Compress the plain files (of one shard, and the workload file) into sealed `.gz` files.
+        `part`: a shard still being collected is sealed as `<stem>.<shard>.partN.jsonl.gz` (N the
+        next free number), so that what it has so far can be shipped and its collection goes on
+        in a new plain file."""
+        if part and not shard:
+            raise ValueError("sealing a part needs the shard it belongs to")
+        names = [f"{stem}.{shard}.jsonl" for stem in ("records", "progress", "collection")] if shard else None
+        paths = [p for stem in ("workloads", "records", "progress", "collection") for p in self.files(stem)]
+        paths = [p for p in paths if p.suffix == ".jsonl" and (names is None or p.name in names
+                                                                or p.name == "workloads.jsonl")]
+        if part:
+            n = 1 + max((int(m) for p in self.root.glob(f"*.{shard}.part*.jsonl*")
+                         for m in [p.name.split(".part")[1].split(".")[0]] if m.isdigit()), default=0)
+            paths = [p if p.name == "workloads.jsonl" else p.rename(p.with_name(p.name.replace(
+                f".{shard}.jsonl", f".{shard}.part{n}.jsonl"))) for p in paths]
+        return [seal(p) for p in paths]
+
+    def files(self, stem: str) -> list[Path]:
+        """The store's files of one kind (workloads, records, progress) by name, a sealed file where
+        its plain file was and before lines appended to that name after sealing."""
+        paths = [*self.root.glob(f"{stem}*.jsonl"), *self.root.glob(f"{stem}*.jsonl.gz")]
+        return sorted(paths, key=lambda p: (p.name.removesuffix(".gz"), p.suffix != ".gz"))
+
+    def workloads(self) -> dict[str, Workload]:
+        out: dict[str, Workload] = {}
+        for path in self.files("workloads"):
+            for w in read_lines(path, Workload.from_json, error=RecordFormatError):
+                out.setdefault(w.key, w)
+        return out
+
+    def records(self, *, target: str | None = None, workload: str | None = None) -> list[Record]:
+        """All records, de-duplicated (first occurrence wins), optionally filtered."""
+        seen: set = set()
+        out: list[Record] = []
+        for path in self.files("records"):
+            for r in read_lines(path, Record.from_json, error=RecordFormatError):
+                if (target and r.target != target) or (workload and r.workload != workload):
+                    continue
+                if r.identity not in seen:
+                    seen.add(r.identity)
+                    out.append(r)
+        return out
+
+    def done(self) -> dict[tuple[str, str], int]:
+        """(workload key, target) -> trial budget of each finished collection."""
+        out: dict[tuple[str, str], int] = {}
+        for path in self.files("progress"):
+            for workload, target, trials in read_lines(path, _progress, error=RecordFormatError):
+                out[(workload, target)] = max(out.get((workload, target), 0), trials)
+        return out
+
+
+def _progress(d: dict) -> tuple[str, str, int]:
+    if not (isinstance(d, dict) and isinstance(d.get("workload"), str) and isinstance(d.get("target"), str)
+            and type(d.get("trials")) is int):
+        raise RecordFormatError("expected workload, target and trials")
+    return d["workload"], d["target"], d["trials"]
+
+
+def _run(d: dict) -> dict:
+    if not (isinstance(d, dict) and isinstance(d.get("wall_s"), (int, float)) and isinstance(d.get("machine"), dict)):
+        raise RecordFormatError("expected a collection run with wall_s and machine")
+    return d
+
+
+def merge(sources: Iterable[RecordStore], out: RecordStore) -> int:
+    """Copy every record and workload not already in `out`; returns the number of new records."""
+    have = {r.identity for r in out.records()}
+    added = 0
+    for src in sources:
+        out.add_workloads(src.workloads().values())
+        new = [r for r in src.records() if r.identity not in have]
+        have.update(r.identity for r in new)
+        out.append(new)
+        added += len(new)
+        for (w, t), trials in src.done().items():
+            out.mark_done(w, t, trials)
+    return added
+
+
+@dataclass(frozen=True)
+class Stats:
+    rows: list[dict]  # one per (workload, target): name, family, counts by status, latency spread
+    by_family: dict[str, Counter]
+    totals: Counter
+
+
+def stats(workloads: dict[str, Workload], records: Iterable[Record]) -> Stats:
+    """Counts per (workload, target) and per family, and the latency spread of the ok ones."""
+    groups: dict[tuple[str, str], list[Record]] = defaultdict(list)
+    seen: set = set()
+    for r in records:
+        if r.identity not in seen:
+            seen.add(r.identity)
+            groups[(r.workload, r.target)].append(r)
+    rows, by_family, totals = [], defaultdict(Counter), Counter()
+    for (wkey, target), recs in sorted(groups.items(), key=lambda kv: (kv[0][1], _name(workloads, kv[0][0]))):
+        counts = Counter(r.status for r in recs)
+        lats = sorted(r.latency for r in recs if r.status == OK)
+        family = workloads[wkey].family if wkey in workloads else "?"
+        rows.append({
+            "workload": _name(workloads, wkey), "family": family, "target": target,
+            "records": len(recs), **{s: counts.get(s, 0) for s in STATUSES},
+            "best_ms": lats[0] * 1e3 if lats else None,
+            "median_ms": statistics.median(lats) * 1e3 if lats else None,
+            "worst_ms": lats[-1] * 1e3 if lats else None,
+        })
+        by_family[f"{family} @ {target}"].update(counts)
+        totals.update(counts)
+    return Stats(rows, dict(by_family), totals)
+
+
+def _name(workloads: dict[str, Workload], key: str) -> str:
+    return workloads[key].name if key in workloads else key
