@@ -7,8 +7,8 @@
 import argparse
 from pathlib import Path
 
-from dragonlab.reporting.plots import reward_shape_figure
 from dragonlab.evaluation.reward import RewardConfig
+from dragonlab.reporting.plots import reward_shape_figure
 
 DOCS = Path(__file__).resolve().parent
 

@@ -10,16 +10,15 @@ import sys
 import time
 
 import pytest
+import trace_corpus
 
 from dragonlab.cli import main
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
+from dragonlab.learn.sft import SFTConfig, train
 from dragonlab.search.collect import CollectConfig, collect
 from dragonlab.search.measure import RunnerUnavailableError, check_tracker
 from dragonlab.search.records import RecordStore
-from dragonlab.learn.sft import SFTConfig, train
-from dragonlab.core.targets import get_target
-from dragonlab.core.workloads import suite
-
-import trace_corpus
 
 
 @pytest.fixture(scope="session")

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import trace_corpus
 
 from dragonlab.core import allowlist, codec
-
-from dragonlab.search import defaults, explore
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import suite
-
-import trace_corpus
+from dragonlab.search import defaults, explore
 
 
 def _refused(traces):

@@ -10,10 +10,10 @@ from pathlib import Path
 import datasets
 import pytest
 
-from dragonlab.search import benchmark
-from dragonlab.search.benchmark import Benchmark, BenchmarkFormatError
 from dragonlab.cli import main
 from dragonlab.core.workloads import GENERATORS, suite
+from dragonlab.search import benchmark
+from dragonlab.search.benchmark import Benchmark, BenchmarkFormatError
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "cpu-standard-v1" / "benchmark.json"
 
@@ -82,9 +82,9 @@ def _tiny_benchmark(collected, stores) -> Benchmark:
 
 @pytest.fixture(scope="module")
 def tiny_stores(collected, quick, tmp_path_factory):
+    from dragonlab.core.targets import get_target
     from dragonlab.search.collect import CollectConfig, collect
     from dragonlab.search.records import RecordStore
-    from dragonlab.core.targets import get_target
 
     root = tmp_path_factory.mktemp("bench_extra")
     collect([quick["reduce_row"]], get_target("cpu"), RecordStore(root, create=True),

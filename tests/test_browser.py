@@ -5,9 +5,8 @@ The screenshot is kept in $DRAGONLAB_ARTIFACTS when set, else in the test's tmp 
 import os
 from pathlib import Path
 
-import pytest
-
 import lab_browser
+import pytest
 
 QUICKSTART = lab_browser.NOTEBOOKS / "00_quickstart.ipynb"
 

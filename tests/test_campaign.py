@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dragonlab.cli import campaign
-
 from dragonlab import cli
-from dragonlab.cli import main
+from dragonlab.cli import campaign, main
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGNS = ROOT / "campaigns"

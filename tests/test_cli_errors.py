@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from dragonlab.cli import main
-from dragonlab.learn.dataset import COLUMNS
 from dragonlab.core.jsonl import append_lines
-from dragonlab.search.records import OK, Record, RecordStore
 from dragonlab.core.workloads import suite
+from dragonlab.learn.dataset import COLUMNS
+from dragonlab.search.records import OK, Record, RecordStore
 
 TRACE = [[["GetSBlock", [], ["C", "main"], ["b0"]]], []]
 

@@ -6,14 +6,13 @@ import re
 import statistics
 
 import pytest
+import trace_corpus
 import tvm_ffi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dragonlab.core import codec
 from dragonlab.core.codec import ScriptSyntaxError, TraceFormatError, UnknownInstructionError
-
-import trace_corpus
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 

@@ -7,13 +7,13 @@ import pytest
 import tvm.s_tir.meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-from dragonlab.evaluation import codec_check
 from dragonlab.cli import main
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
+from dragonlab.evaluation import codec_check
 from dragonlab.search.explore import sample_traces
 from dragonlab.search.msdb import import_databases
 from dragonlab.search.records import RecordStore
-from dragonlab.core.targets import get_target
-from dragonlab.core.workloads import suite
 
 QUICK = {w.family: w for w in reversed(suite("quick"))}  # the first workload of each family
 SUMMARY = re.compile(r"exact: (\d+)/(\d+), chars vs as_python: (\d+\.\d\d)x, vs json: (\d+\.\d\d)x")

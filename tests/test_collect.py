@@ -11,15 +11,14 @@ import time
 from collections import Counter
 
 import pytest
+from conftest import free_port
 
 from dragonlab.cli import main
-from dragonlab.search.collect import CollectConfig, collect, shard
-from dragonlab.search.measure import MeasureConfig, RunnerUnavailableError, check_tracker
-
-from conftest import free_port
-from dragonlab.search.records import OK, TIMEOUT, RecordStore
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import suite
+from dragonlab.search.collect import CollectConfig, collect, shard
+from dragonlab.search.measure import MeasureConfig, RunnerUnavailableError, check_tracker
+from dragonlab.search.records import OK, TIMEOUT, RecordStore
 
 QUICK = {w.family: w for w in reversed(suite("quick"))}  # first of each family
 CLI = [sys.executable, "-m", "dragonlab.cli"]

@@ -5,17 +5,16 @@ from collections import Counter
 
 import pytest
 import torch
+import trace_corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dragonlab.core import codec
-
+from dragonlab.core.errors import InputError
+from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.learn import dataset, models
 from dragonlab.learn.attempts import sample_and_evaluate, summary
 from dragonlab.learn.constrain import Replayer, ScriptConstraint, ScriptFollower, _tile_ok, choose, for_rows
-from dragonlab.evaluation.evaluate import Evaluator
-
-import trace_corpus
 
 
 def feed(follower: ScriptFollower, script: str) -> str | None:
@@ -178,7 +177,7 @@ def test_a_prompt_without_a_workload_is_a_clear_error(tiny):
     _, tokenizer = models.load(tiny[0].model_dir)
     constraint = ScriptConstraint(tokenizer, {})
     ids = tokenizer(["task: construction\n"], return_tensors="pt")["input_ids"]
-    with pytest.raises(KeyError, match="no workload for the prompt 'task: construction"):
+    with pytest.raises(InputError, match="no workload for the prompt 'task: construction"):
         constraint(ids, torch.zeros(1, len(tokenizer)))
 
 

@@ -13,17 +13,16 @@ import tvm_ffi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dragonlab.core import codec
-
-from dragonlab.learn import dataset
 from dragonlab.cli import main
-from dragonlab.search.collect import CollectConfig, collect
-from dragonlab.learn.dataset import SPLITS, DatasetConfig
-from dragonlab.evaluation.evaluate import _postprocs
-from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, kernel_text
-from dragonlab.search.records import OK, Record, RecordStore, trace_text
+from dragonlab.core import codec
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import Workload, iter_suite, suite
+from dragonlab.evaluation.evaluate import _postprocs
+from dragonlab.learn import dataset
+from dragonlab.learn.dataset import SPLITS, DatasetConfig
+from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, kernel_text
+from dragonlab.search.collect import CollectConfig, collect
+from dragonlab.search.records import OK, Record, RecordStore, trace_text
 
 HOLDOUT = "reduce_row"
 

@@ -6,9 +6,9 @@ import tvm
 import tvm_ffi
 
 from dragonlab.core.codec import apply, decode, to_plain
-from dragonlab.search.defaults import default_rule, default_schedule, default_script
-from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
 from dragonlab.core.workloads import suite
+from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.search.defaults import default_rule, default_schedule, default_script
 
 QUICK = suite("quick")
 

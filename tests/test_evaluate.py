@@ -11,11 +11,11 @@ from tvm.s_tir import Schedule
 
 from dragonlab.cli import main
 from dragonlab.core.codec import encode, to_plain
+from dragonlab.core.workloads import suite
 from dragonlab.evaluation.evaluate import OK, EvalConfig, Evaluation, Evaluator, evaluate_records
+from dragonlab.evaluation.reward import RewardConfig, reward
 from dragonlab.search.measure import MeasureConfig
 from dragonlab.search.records import RecordStore
-from dragonlab.evaluation.reward import RewardConfig, reward
-from dragonlab.core.workloads import suite
 
 FP16_MATMUL = next(w for w in suite("quick") if w.family == "matmul" and w.dtype == "float16")
 FAST = EvalConfig(workers=2, measure=MeasureConfig(number=2, repeat=3, min_repeat_ms=10))

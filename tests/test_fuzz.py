@@ -19,12 +19,11 @@ import psutil
 import pytest
 
 from dragonlab.core import codec
-
+from dragonlab.core.targets import get_target
 from dragonlab.evaluation import fuzz, redteam
 from dragonlab.evaluation.evaluate import EvalConfig, Evaluation, Evaluator
 from dragonlab.evaluation.fuzz import MUTATIONS, FuzzReport
 from dragonlab.evaluation.redteam import RED_TEAM, Mutant, apply_case, red_team_cases
-from dragonlab.core.targets import get_target
 
 OLD_MUTATIONS = ("random_bytes", "truncate", "swap_lines", "drop_line", "wrong_reference", "decision",
                  "huge_number", "unknown_kind", "duplicate_postproc", "unsafe", "clean")

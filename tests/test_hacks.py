@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import copy
 import platform
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import pytest
 from tvm.s_tir import Schedule
 
 from dragonlab.core.codec import decode, encode, to_plain
-from dragonlab.evaluation.evaluate import OK, EvalConfig, Evaluator
-from dragonlab.search.measure import MeasureConfig
-from dragonlab.evaluation.reward import RewardConfig, reward
 from dragonlab.core.workloads import suite
+from dragonlab.evaluation.evaluate import OK, EvalConfig, Evaluator
+from dragonlab.evaluation.reward import RewardConfig, reward
+from dragonlab.search.measure import MeasureConfig
 
 CONFIG = EvalConfig(workers=1, measure=MeasureConfig(number=2, repeat=3, min_repeat_ms=10))
 REFUSED = ("decode", "apply", "validate")

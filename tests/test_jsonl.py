@@ -11,12 +11,13 @@ import sys
 
 import pytest
 
-from dragonlab.learn.attempts import Attempt, read_attempts
-from dragonlab.search.baselines import _read_times
-from dragonlab.evaluation.evaluate import Evaluation
+from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import JsonFormatError, append_lines, read_json, read_lines
-from dragonlab.search.records import OK, Record, RecordFormatError, RecordStore
+from dragonlab.evaluation.evaluate import Evaluation
+from dragonlab.learn.attempts import Attempt, read_attempts
 from dragonlab.learn.sft import read_log
+from dragonlab.search.baselines import _read_times
+from dragonlab.search.records import OK, Record, RecordFormatError, RecordStore
 
 # Appends pairs of 64 KiB lines, numbered from argv[2], under a file-size limit of argv[3]
 # bytes: the kernel writes up to the limit, then kills the writer with SIGXFSZ. A kill that
@@ -180,7 +181,7 @@ def test_sealing_keeps_every_complete_line_in_the_same_bytes_and_never_replaces(
     assert sealed.stat().st_size < 20_000  # compressed
     assert seal(b).read_bytes() == sealed.read_bytes()  # no timestamp: the same lines, the same file
     append_lines(a, [{"n": "more"}])
-    with pytest.raises(FileExistsError, match="a.jsonl.gz already exists"):
+    with pytest.raises(InputError, match="a.jsonl.gz already exists"):
         seal(a)
     assert a.exists() and [d["n"] for d in read_lines(sealed)] == list(range(3000))
 

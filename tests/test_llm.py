@@ -5,9 +5,9 @@ from chat_server import MODEL, serving
 
 from dragonlab.core import codec
 from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
-from dragonlab.search.explore import forms, sample_traces
 from dragonlab.learn.llm import EXAMPLE_KERNEL, EXAMPLE_SCRIPT, SCRIPT_LANGUAGE, ChatError, ChatModel, script_of
 from dragonlab.learn.prompts import construction_prompt, kernel_text
+from dragonlab.search.explore import forms, sample_traces
 
 KERNEL = "def main(A: float32[8], B: float32[8])\nblock B(i 8):\n  B[i] = A[i]"
 

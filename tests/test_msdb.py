@@ -6,12 +6,13 @@ import tvm.s_tir.meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from dragonlab.cli import main
+from dragonlab.core.errors import InputError
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import suite
 from dragonlab.search.explore import sample_traces
 from dragonlab.search.measure import fast_build
 from dragonlab.search.msdb import export_database, import_databases, read_database
 from dragonlab.search.records import FAILED, OK, UNMEASURED, RecordStore
-from dragonlab.core.targets import get_target
-from dragonlab.core.workloads import suite
 
 QUICK = {w.family: w for w in reversed(suite("quick"))}  # first of each family
 
@@ -88,7 +89,7 @@ def test_export_round_trips_and_never_overwrites(tune_tir_db, tmp_path):
     _, again = read_database(out)
     assert {(r.workload, r.status, r.latencies) for r in again} == \
         {(r.workload, r.status, r.latencies) for r in store.records()}
-    with pytest.raises(FileExistsError):
+    with pytest.raises(InputError, match="exists and is not empty"):
         export_database(store, out, "cpu")
 
 

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from dragonlab.evaluation.evaluate import OK, Evaluation
-from dragonlab.reporting.plots import latency_figure, reward_shape_figure, stage_counts, stage_figure
 from dragonlab.evaluation.reward import RewardConfig, reward
+from dragonlab.reporting.plots import latency_figure, reward_shape_figure, stage_counts, stage_figure
 
 
 def _ok(latency: float, reference: float, repairs=()) -> Evaluation:

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from dragonlab.search.records import (OK, RUN_ERROR, TIMEOUT, Record, RecordFormatError, RecordStore,
-                                      classify_error, merge, stats)
+from dragonlab.search.records import (OK, RUN_ERROR, TIMEOUT, Record, RecordFormatError, RecordStore, classify_error,
+                                      merge, stats)
 
 TRACE_A = [[["GetSBlock", [], ["C", "main"], ["b0"]]], []]
 TRACE_B = [[["GetSBlock", [], ["D", "main"], ["b0"]]], []]

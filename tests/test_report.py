@@ -12,11 +12,11 @@ import pytest
 from chat_server import MODEL, serving
 from test_notebooks_models import NOTEBOOKS, PLOTLY
 
-from dragonlab.learn.attempts import Attempt, read_attempts
-from dragonlab.search.baselines import SearchRun
 from dragonlab.cli import main
 from dragonlab.evaluation.evaluate import Evaluation
+from dragonlab.learn.attempts import Attempt, read_attempts
 from dragonlab.reporting.report import ReportConfig, fast_p, held_out_rows, metrics, pass_at_k, stats
+from dragonlab.search.baselines import SearchRun
 
 
 def test_pass_at_k_is_the_unbiased_estimator():

@@ -6,13 +6,13 @@ import shutil
 
 import pytest
 
-from dragonlab.learn import dataset
-from dragonlab.learn.attempts import Attempt
 from dragonlab.cli import main
-from dragonlab.reporting.compare import compare, sign_test
 from dragonlab.evaluation.evaluate import OK, Evaluation, Evaluator
 from dragonlab.evaluation.reward import RewardConfig, reward
+from dragonlab.learn import dataset
+from dragonlab.learn.attempts import Attempt
 from dragonlab.learn.rl import RLConfig, ShapedReward, train
+from dragonlab.reporting.compare import compare, sign_test
 
 
 def test_shaped_reward_judges_each_script_and_logs_the_components(data):

@@ -20,8 +20,8 @@ import tvm
 from tvm import tirx
 
 from dragonlab.core import codec
-from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
 from dragonlab.core.workloads import suite
+from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
 
 WORKLOAD = "elementwise_fusion_m64_n64_ops-add-mul-relu_float32"
 PREFIX = "get add0\nloops b0 >2\n"

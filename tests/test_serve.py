@@ -8,9 +8,9 @@ import pytest
 import torch
 from serve import require_serve_group, serving
 
+from dragonlab.evaluation.evaluate import OK, STAGES, EvalConfig, Evaluation, Evaluator
 from dragonlab.learn import models
 from dragonlab.learn.attempts import write_and_evaluate
-from dragonlab.evaluation.evaluate import OK, STAGES, EvalConfig, Evaluation, Evaluator
 from dragonlab.learn.llm import EXAMPLE_KERNEL, EXAMPLE_SCRIPT, ChatModel
 from dragonlab.learn.prompts import CONSTRUCTION, construction_prompt, kernel_text
 

@@ -9,14 +9,11 @@ import subprocess
 import sys
 import time
 
-
+from dragonlab.cli import main
 from dragonlab.core import codec
-
-
+from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.learn import dataset, models
 from dragonlab.learn.attempts import Attempt, read_attempts, sample_and_evaluate, summary
-from dragonlab.cli import main
-from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.learn.sft import SFTConfig, read_log, train
 
 

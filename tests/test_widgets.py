@@ -5,8 +5,8 @@ import pytest
 
 from dragonlab.core import codec
 from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
-from dragonlab.search.explore import sample_traces
 from dragonlab.reporting.widgets import Candidate, Comparison, Roofline, Scheduler, stepper
+from dragonlab.search.explore import sample_traces
 
 
 @pytest.fixture(scope="module")

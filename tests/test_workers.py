@@ -4,8 +4,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 import worker_jobs
+
 from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerCrashed, WorkerPool, WorkerTimeout
 
 

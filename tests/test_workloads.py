@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from dragonlab.core import workloads as W
+from dragonlab.core.errors import InputError
 from dragonlab.core.workloads import Workload, WorkloadFormatError
 
 CPU = {"kind": "llvm", "num-cores": 2}
@@ -130,7 +131,7 @@ def test_lookup_finds_by_key_or_name_and_describe_is_one_line(quick):
     ws = list(quick.values())
     w = quick["softmax"]
     assert W.lookup(w.key, ws) is w and W.lookup(w.name, ws) is w
-    with pytest.raises(KeyError):
+    with pytest.raises(InputError, match="no workload with key or name 'nope'"):
         W.lookup("nope", ws)
     assert "\n" not in W.describe(w) and w.key in W.describe(w)
 

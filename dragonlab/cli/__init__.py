@@ -1,8 +1,8 @@
 """The `dragonlab` command: one subcommand per pipeline stage.
 
-Library errors about bad input (a malformed file, an unknown target, a bad parameter) end the
-command with one line `dragonlab: error: ...` naming what is wrong, and exit status 2; nothing
-is overwritten. Anything else is a bug and shows its traceback.
+A `DragonlabError` (bad input: a malformed file, an unknown target, a bad parameter; or an
+unavailable service) ends the command with one line `dragonlab: error: ...` naming what is wrong,
+and exit status 2; nothing is overwritten. Anything else is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -17,11 +17,14 @@ import sys
 import time
 from pathlib import Path
 
+from dragonlab.core.errors import InputError
+from dragonlab.core.errors import DragonlabError, InputError
+
 # Heavy imports (TVM, MetaSchedule) happen inside the commands, so `--help` is instant.
 
 
-class UsageError(ValueError):
-    pass
+class UsageError(InputError):
+    """A bad combination of flags, or a path the command cannot use."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,14 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args) or 0
-    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, LookupError) as e:
+    except DragonlabError as e:  # bad input or an unavailable service; anything else is a bug
         print(f"dragonlab: error: {e}", file=sys.stderr)
         return 2
-    except RuntimeError as e:
-        if type(e).__name__ in ("RunnerUnavailableError", "ChatError"):  # clear messages; no traceback
-            print(f"dragonlab: error: {e}", file=sys.stderr)
-            return 2
-        raise
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -216,11 +214,11 @@ def _finite(text: str, what: str, ok) -> float:
 
 
 def _collect(args) -> int:
+    from dragonlab.core.targets import get_target
+    from dragonlab.core.workloads import suite
     from dragonlab.search.collect import CollectConfig, collect, machine, shard, shard_name
     from dragonlab.search.measure import MeasureConfig
     from dragonlab.search.records import RecordStore
-    from dragonlab.core.targets import get_target
-    from dragonlab.core.workloads import suite
 
     if args.benchmark_search and args.trials is not None:
         raise UsageError("--benchmark-search takes each workload's trials from the benchmark: leave out --trials")
@@ -302,7 +300,7 @@ def _records_import(args) -> int:
 
     for p in args.paths:
         if not p.exists():
-            raise FileNotFoundError(f"{p} does not exist")
+            raise InputError(f"{p} does not exist")
     added = import_databases(args.paths, RecordStore(args.out, create=True))
     print(f"imported {added} new records -> {args.out}")
     return 0
@@ -329,10 +327,7 @@ def _records_seal(args) -> int:
     from dragonlab.search.collect import shard_name
     from dragonlab.search.records import RecordStore
 
-    try:
-        sealed = RecordStore(args.store).seal(shard_name(args.shard) if args.shard else None, part=args.part)
-    except FileExistsError as e:
-        raise UsageError(str(e)) from None
+    sealed = RecordStore(args.store).seal(shard_name(args.shard) if args.shard else None, part=args.part)
     for path in sealed:
         print(f"sealed {path} ({path.stat().st_size / 1e6:.2f} MB)")
     if not sealed:
@@ -341,8 +336,8 @@ def _records_seal(args) -> int:
 
 
 def _records_card(args) -> int:
-    from dragonlab.search.corpus import card
     from dragonlab.core.jsonl import write_atomic
+    from dragonlab.search.corpus import card
 
     text = card(args.store)
     write_atomic(args.store / "README.md", text)
@@ -381,14 +376,14 @@ def format_stats(s, statuses) -> str:
 def _evaluate(args) -> int:
     import json
 
-    from dragonlab.evaluation.evaluate import STAGES, EvalConfig, Evaluator, evaluate_records
     from dragonlab.core.jsonl import write_atomic
+    from dragonlab.evaluation.evaluate import STAGES, EvalConfig, Evaluator, evaluate_records
 
     _positive("--checks", args.checks)
     if args.workers is not None:
         _positive("--workers", args.workers)
     if args.out and args.out.exists():
-        raise FileExistsError(f"{args.out} exists; choose a new file")
+        raise InputError(f"{args.out} exists; choose a new file")
     workloads, records = _load_all(args.db)
     config = EvalConfig(workers=args.workers, checks=args.checks, time=not args.no_time)
     with Evaluator(args.target, config) as evaluator:
@@ -405,17 +400,17 @@ def _evaluate(args) -> int:
 def _fuzz(args) -> int:
     import psutil
 
+    from dragonlab.core.targets import get_target
+    from dragonlab.core.workloads import suite
     from dragonlab.evaluation.evaluate import STAGES, EvalConfig, Evaluator
     from dragonlab.evaluation.fuzz import MUTATIONS, fuzz, sample_scripts
     from dragonlab.evaluation.redteam import RED_TEAM
-    from dragonlab.core.targets import get_target
-    from dragonlab.core.workloads import suite
 
     _positive("--n", args.n)
     mutations = RED_TEAM if args.red_team else args.mutations
     unknown = sorted(set(mutations or ()) - set(MUTATIONS))
     if unknown:
-        raise ValueError(f"--mutations: unknown {', '.join(unknown)}; choose from {', '.join(MUTATIONS)}")
+        raise InputError(f"--mutations: unknown {', '.join(unknown)}; choose from {', '.join(MUTATIONS)}")
     target = get_target(args.target)
     quick = {w.family: w for w in reversed(suite("quick"))}  # first of each family
     bases = sample_scripts([quick[f] for f in ("matmul", "conv2d_nchw", "softmax", "reduce_row")],
@@ -439,7 +434,7 @@ def _load_all(paths: list[Path]) -> tuple[dict, list]:
     workloads, records = {}, []
     for p in paths:
         if not p.exists():
-            raise FileNotFoundError(f"{p} does not exist")
+            raise InputError(f"{p} does not exist")
         ws, rs = load(p)
         workloads.update(ws)
         records.extend(rs)
@@ -818,11 +813,11 @@ def _compare(args) -> int:
 
     import torch
 
+    from dragonlab.core.jsonl import write_atomic
+    from dragonlab.evaluation.evaluate import Evaluator
     from dragonlab.learn import dataset, models
     from dragonlab.learn.attempts import format_summary, sample_and_evaluate, summary
     from dragonlab.reporting.compare import compare, format_comparison, noise_threshold
-    from dragonlab.evaluation.evaluate import Evaluator
-    from dragonlab.core.jsonl import write_atomic
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dsd, workloads = dataset.load(args.data)
@@ -876,9 +871,9 @@ def _attempts(args) -> int:
 
     import torch
 
+    from dragonlab.evaluation.evaluate import Evaluator
     from dragonlab.learn import dataset, models
     from dragonlab.learn.attempts import format_summary, sample_and_evaluate, summary
-    from dragonlab.evaluation.evaluate import Evaluator
 
     _positive("--n", args.n)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

@@ -28,10 +28,12 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from dragonlab.core.errors import InputError
+
 QUICK = Path(__file__).resolve().parents[2] / "campaigns" / "quick.toml"  # what `dragonlab demo` runs
 
 
-class CampaignError(ValueError):
+class CampaignError(InputError):
     """A malformed campaign file; the message names the file and the field."""
 
 
@@ -374,8 +376,8 @@ def dry_run(c: Campaign) -> list[Check]:
 
 
 def _workloads_check(c: Campaign, _) -> Check:
-    from dragonlab.search.collect import shard
     from dragonlab.core.workloads import PAPER_SIZE, iter_suite
+    from dragonlab.search.collect import shard
 
     n = c.dry_run.workloads
     start = time.monotonic()
@@ -410,8 +412,8 @@ def _target_check(c: Campaign, checks: list[Check]) -> Check:
 
     import tvm
 
-    from dragonlab.search.defaults import default_schedule
     from dragonlab.core.targets import get_target
+    from dragonlab.search.defaults import default_schedule
 
     name = f"target {c.collect.target}"
     w = next((ch.measured["smallest"] for ch in checks if ch.name == "workloads" and ch.measured), None)
@@ -455,7 +457,7 @@ def _model_config(c: Campaign):
         return AutoConfig.from_pretrained(path), f"{path}/config.json"
     if c.sft.architecture is not None:
         return LlamaConfig(**c.sft.architecture), f"{path} is not on this machine: LlamaConfig from [sft.architecture]"
-    raise FileNotFoundError(f"{path}: no config.json here, and no [sft.architecture] to stand in for it")
+    raise InputError(f"{path}: no config.json here, and no [sft.architecture] to stand in for it")
 
 
 def _model_check(c: Campaign, _) -> Check:
@@ -630,7 +632,8 @@ def estimate(c: Campaign, checks: list[Check]) -> list[Row]:
 def benchmark(c: Campaign):
     """(Benchmark, its path) when the dataset takes its splits from the benchmark shipped beside the
     records (as `dataset build` does when the file sets no split option), else None."""
-    from dragonlab.search.benchmark import find, load as load_benchmark
+    from dragonlab.search.benchmark import find
+    from dragonlab.search.benchmark import load as load_benchmark
 
     path = find(c.collect.records or f"{c.out}/records")
     if path is None or _given(c.dataset, "holdout_family", "validation", "test"):

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dragonlab.core import indexmap
+from dragonlab.core.errors import InputError
 from dragonlab.core.indexmap import MAX_DEPTH
 
 # Bounds on what a script may ask of the parser (real scripts: a few KB, under 400 lines and 2,000
@@ -42,7 +43,7 @@ MAX_NESTING = 64  # of lists in a trace's JSON form
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-class CodecError(ValueError):
+class CodecError(InputError):
     """Base class of everything the codec rejects."""
 
 

@@ -16,10 +16,12 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from dragonlab.core.errors import InputError
+
 T = TypeVar("T")
 
 
-class JsonFormatError(ValueError):
+class JsonFormatError(InputError):
     """A JSON or JSON-lines file that is not what dragonlab wrote; names the file (and line)."""
 
 
@@ -114,7 +116,7 @@ def seal(path: str | os.PathLike) -> Path:
     path = Path(path)
     out = path.with_name(path.name + ".gz")
     if out.exists():
-        raise FileExistsError(f"{out} already exists: a sealed file never changes; append under another name")
+        raise InputError(f"{out} already exists: a sealed file never changes; append under another name")
     size = _complete_size_of(path)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     with open(path, "rb") as src, open(tmp, "wb") as raw:

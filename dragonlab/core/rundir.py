@@ -22,6 +22,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import append_lines, read_json, read_lines, write_atomic
 
 
@@ -53,7 +54,7 @@ def per_process(total: int, what: str, n: int | None = None) -> int:
     trains the same way whatever the number of processes."""
     n = n or processes().num_processes
     if total % n:
-        raise ValueError(f"{what} {total} does not split evenly over {n} processes")
+        raise InputError(f"{what} {total} does not split evenly over {n} processes")
     return total // n
 
 
@@ -66,13 +67,13 @@ def claim(out: Path, config, data, **extra) -> None:
     if meta.exists():
         old = read_json(meta)
         if not (isinstance(old, dict) and isinstance(old.get("config"), dict)):
-            raise FileExistsError(f"{meta}: not a dragonlab run.json (no config object); choose a new --out")
+            raise InputError(f"{meta}: not a dragonlab run.json (no config object); choose a new --out")
         if old != run:
-            raise FileExistsError(f"{out} holds another run ({meta} differs: {_diff(old, run)}); "
+            raise InputError(f"{out} holds another run ({meta} differs: {_diff(old, run)}); "
                                   "choose a new --out or rerun with the same settings to resume")
         return
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not a dragonlab run directory; choose a new --out")
+        raise InputError(f"{out} exists and is not a dragonlab run directory; choose a new --out")
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(meta, json.dumps(run, indent=1) + "\n")
 
@@ -136,7 +137,7 @@ def reporting(report_to: str, out: Path) -> list:
     event files under `out/tensorboard` (offline; `tensorboard --logdir out/tensorboard`), from
     the main process only. The trainers' own `report_to` stays "none" so nothing else is set up."""
     if report_to not in REPORT_TO:
-        raise ValueError(f"report_to must be one of {', '.join(REPORT_TO)}, got {report_to!r}")
+        raise InputError(f"report_to must be one of {', '.join(REPORT_TO)}, got {report_to!r}")
     if report_to == "none":
         return []
     from transformers.integrations import TensorBoardCallback

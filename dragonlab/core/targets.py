@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+from dragonlab.core.errors import InputError
+
 # Per-architecture limits that MetaSchedule's VerifyGPUCode and thread-binding rules read.
 # Values from NVIDIA's CUDA programming guide (compute capabilities table).
 _CUDA_ARCHS = {
@@ -23,7 +25,7 @@ _CUDA_ARCHS = {
 }
 
 
-class UnknownTargetError(ValueError):
+class UnknownTargetError(InputError):
     pass
 
 

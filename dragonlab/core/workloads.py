@@ -24,8 +24,10 @@ import tvm
 import tvm_ffi
 from tvm import te, topi
 
+from dragonlab.core.errors import InputError
 
-class WorkloadFormatError(ValueError):
+
+class WorkloadFormatError(InputError):
     """A stored workload is malformed; `field` names the offending JSON field."""
 
     def __init__(self, field: str, message: str):
@@ -159,7 +161,7 @@ def _chain(x: te.Tensor, ops: str) -> tuple[te.Tensor, list[te.Tensor], int]:
         elif op in _UNARY:
             x = te.compute(x.shape, lambda *j: _UNARY[op][1](prev(*j), prev.dtype), name=f"{op}{i}")
         else:
-            raise ValueError(f"unknown elementwise op {op!r}; known: {', '.join([*_BINARY, *_UNARY])}")
+            raise InputError(f"unknown elementwise op {op!r}; known: {', '.join([*_BINARY, *_UNARY])}")
         flops += {**_BINARY, **_UNARY}[op][0]
     return x, inputs, flops
 
@@ -173,7 +175,7 @@ def dense_bias_act(*, m: int, n: int, k: int, act: str = "relu", dtype: str = "f
     y = te.compute((m, n), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r), name="dense")
     y = te.compute((m, n), lambda i, j: y[i, j] + bias[j], name="bias_add")
     if act not in _UNARY:
-        raise ValueError(f"unknown activation {act!r}; known: {', '.join(_UNARY)}")
+        raise InputError(f"unknown activation {act!r}; known: {', '.join(_UNARY)}")
     out, _, act_flops = _chain(y, act)
     return _workload("dense_bias_act", dtype, m * n * (2 * k + 1 + act_flops), [x, w, bias, out],
                      m=m, n=n, k=k, act=act)
@@ -243,7 +245,7 @@ def rmsnorm(*, m: int, n: int, dtype: str = "float32") -> Workload:
 def reduce_row(*, m: int, n: int, op: str = "sum", dtype: str = "float32") -> Workload:
     reducers = {"sum": topi.sum, "max": topi.max}
     if op not in reducers:
-        raise ValueError(f"unknown reduction {op!r}; known: {', '.join(reducers)}")
+        raise InputError(f"unknown reduction {op!r}; known: {', '.join(reducers)}")
     x = te.placeholder((m, n), dtype, name="X")
     return _workload("reduce_row", dtype, m * n, [x, reducers[op](x, axis=1)], m=m, n=n, op=op)
 
@@ -317,7 +319,7 @@ def upsample(*, n: int, c: int, h: int, w: int, scale: int = 2, method: str = "n
              dtype: str = "float32") -> Workload:
     """Resize an NCHW feature map by an integer `scale` (feature pyramids, U-Net decoders)."""
     if method not in ("nearest_neighbor", "linear"):
-        raise ValueError(f"unknown resize method {method!r}; known: nearest_neighbor, linear")
+        raise InputError(f"unknown resize method {method!r}; known: nearest_neighbor, linear")
     x = te.placeholder((n, c, h, w), dtype, name="X")
     out = topi.image.resize2d(x, (0.0, 0.0, 0.0, 0.0), (h * scale, w * scale), layout="NCHW", method=method,
                               coordinate_transformation_mode="asymmetric" if method == "nearest_neighbor"
@@ -338,7 +340,7 @@ def log_softmax(*, m: int, n: int, dtype: str = "float32") -> Workload:
 def scale_shift_act(*, n: int, c: int, h: int, w: int, act: str = "relu", dtype: str = "float32") -> Workload:
     """act(X * scale[c] + shift[c]): batch normalisation folded for inference, then an activation."""
     if act not in _UNARY:
-        raise ValueError(f"unknown activation {act!r}; known: {', '.join(_UNARY)}")
+        raise InputError(f"unknown activation {act!r}; known: {', '.join(_UNARY)}")
     x = te.placeholder((n, c, h, w), dtype, name="X")
     scale = te.placeholder((c,), dtype, name="scale")
     shift = te.placeholder((c,), dtype, name="shift")
@@ -613,7 +615,7 @@ def iter_suite(name: str, seed: int = 0) -> Iterator[Workload]:
     elif name == "paper":
         yield from _paper(seed)
     else:
-        raise ValueError(f"unknown suite {name!r}; known suites: {', '.join(SUITE_NAMES)}")
+        raise InputError(f"unknown suite {name!r}; known suites: {', '.join(SUITE_NAMES)}")
 
 
 def suite(name: str, *, seed: int = 0) -> list[Workload]:
@@ -625,7 +627,7 @@ def lookup(key_or_name: str, workloads: list[Workload]) -> Workload:
     for w in workloads:
         if key_or_name in (w.key, w.name):
             return w
-    raise KeyError(f"no workload with key or name {key_or_name!r} among {len(workloads)}")
+    raise InputError(f"no workload with key or name {key_or_name!r} among {len(workloads)}")
 
 
 def describe(w: Workload) -> str:
@@ -719,7 +721,7 @@ def extract_model_workloads(model: str = "mlp", *, target=None) -> list[Workload
     from dragonlab.core.targets import get_target
 
     if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")
+        raise InputError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")
     if target is None:
         target = {"kind": "llvm", "num-cores": 2}
     target = get_target(target).tvm() if isinstance(target, str) else tvm.target.Target(target)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from dragonlab.core import codec
 from dragonlab.core.allowlist import known_crash
+from dragonlab.core.workloads import Workload
 from dragonlab.search.explore import forms
 from dragonlab.search.records import Record
-from dragonlab.core.workloads import Workload
 
 
 @dataclass(frozen=True)

@@ -46,15 +46,14 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from dragonlab.core.progress import progress_bar
-
 from dragonlab.core import allowlist
 from dragonlab.core.codec import CodecError, apply, decode, design_part, to_plain
+from dragonlab.core.progress import progress_bar
+from dragonlab.core.targets import TargetSpec, get_target
+from dragonlab.core.workloads import Workload
+from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerError, WorkerPool, WorkerTimeout
 from dragonlab.search.measure import MeasureConfig, make_runner, run_bounded
 from dragonlab.search.records import trace_text
-from dragonlab.core.targets import TargetSpec, get_target
-from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerError, WorkerPool, WorkerTimeout
-from dragonlab.core.workloads import Workload
 
 STAGES = ("decode", "apply", "validate", "build", "run", "check", "time")
 OK = "ok"

@@ -20,13 +20,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dragonlab.core.progress import progress_bar
-
 from dragonlab.core.codec import encode
-from dragonlab.search.explore import sample_traces
-from dragonlab.evaluation.redteam import MARKER, RED_TEAM, Mutant, red_team_mutation
+from dragonlab.core.errors import InputError
+from dragonlab.core.progress import progress_bar
 from dragonlab.core.targets import TargetSpec
 from dragonlab.core.workloads import Workload
+from dragonlab.evaluation.redteam import MARKER, RED_TEAM, Mutant, red_team_mutation
+from dragonlab.search.explore import sample_traces
 
 _VAR = re.compile(r"\b([blv])(\d+)\b")
 _INT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
@@ -165,7 +165,7 @@ def make_cases(n: int, seed: int, bases: list[tuple[Workload, str]], mutations=N
     names = list(MUTATIONS) if mutations is None else list(mutations)
     unknown = [m for m in names if m not in MUTATIONS]
     if unknown or not names:
-        raise ValueError(f"unknown mutations {unknown}; choose from {', '.join(MUTATIONS)}")
+        raise InputError(f"unknown mutations {unknown}; choose from {', '.join(MUTATIONS)}")
     rng = random.Random(seed)
     cases = []
     for _ in range(n):

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from dragonlab.core.errors import InputError
+
 if TYPE_CHECKING:  # the reward is arithmetic on a verdict: importing it does not import TVM
     from dragonlab.evaluation.evaluate import Evaluation
 
@@ -38,13 +40,13 @@ class RewardConfig:
     def __post_init__(self):
         ladder = [self.decode, self.apply, self.validate, self.build, self.check]
         if ladder != sorted(ladder) or self.run > self.check:
-            raise ValueError("RewardConfig: penalties must rise decode <= apply <= validate <= build/run <= check")
+            raise InputError("RewardConfig: penalties must rise decode <= apply <= validate <= build/run <= check")
         worst_correct = self.correct - self.repaired_penalty - self.bonus_weight
         if worst_correct <= self.check:
-            raise ValueError(f"RewardConfig: the worst correct kernel ({worst_correct}) must beat a wrong one "
+            raise InputError(f"RewardConfig: the worst correct kernel ({worst_correct}) must beat a wrong one "
                              f"({self.check}); lower bonus_weight or repaired_penalty")
         if self.max_speedup <= 1:
-            raise ValueError("RewardConfig: max_speedup must be above 1")
+            raise InputError("RewardConfig: max_speedup must be above 1")
 
     def bonus(self, speedup: float | None) -> float:
         if not speedup or speedup <= 0:

@@ -18,12 +18,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dragonlab.core.progress import progress_bar
-
-from dragonlab.evaluation.evaluate import STAGES, Evaluation, Evaluator
+from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import append_lines, read_lines
-from dragonlab.learn.prompts import REFINEMENT, TASKS
+from dragonlab.core.progress import progress_bar
 from dragonlab.core.workloads import Workload
+from dragonlab.evaluation.evaluate import STAGES, Evaluation, Evaluator
+from dragonlab.learn.prompts import REFINEMENT, TASKS
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def sample_and_evaluate(model, tokenizer, evaluator: Evaluator, dataset, workloa
     appended to `out` (a JSON-lines file) example by example; attempts already there are kept.
     `constrained`: generate with `dragonlab.learn.constrain` (every script decodes and applies)."""
     if split not in dataset:
-        raise KeyError(f"the dataset has no {split!r} split (it has {', '.join(dataset)})")
+        raise InputError(f"the dataset has no {split!r} split (it has {', '.join(dataset)})")
     rows = [dict(row, index=i) for i, row in enumerate(dataset[split])][:limit]
     todo = pending(rows, split, out)
     with ModelWriter(model, tokenizer, temperature=temperature, max_new_tokens=max_new_tokens,

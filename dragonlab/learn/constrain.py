@@ -38,8 +38,9 @@ import math
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
 
-from dragonlab.core.codec import BY_MNEMONIC, KEY_ALIASES, LineReader, ScriptSyntaxError, apply, plain_value
 from dragonlab.core.allowlist import ANNOTATIONS, POSTPROC_ANNOTATIONS, refusal
+from dragonlab.core.codec import BY_MNEMONIC, KEY_ALIASES, LineReader, ScriptSyntaxError, apply, plain_value
+from dragonlab.core.errors import InputError
 from dragonlab.evaluation.evaluate import worker_module
 from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerError
 
@@ -774,7 +775,7 @@ class ScriptConstraint:
         for ids in input_ids.tolist():
             prompt = self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
             if prompt not in self.modules:
-                raise KeyError(f"constrained decoding: no workload for the prompt {prompt[:120]!r}...")
+                raise InputError(f"constrained decoding: no workload for the prompt {prompt[:120]!r}...")
             self.followers.append(ScriptFollower(self.modules[prompt], self.replayer))
 
     def _feed(self, follower: ScriptFollower, token: int) -> None:

@@ -55,15 +55,15 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dragonlab.search import benchmark
-
 from dragonlab.core import codec
-from dragonlab.search.benchmark import Benchmark
+from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import append_lines, read_json
+from dragonlab.core.workloads import Workload
 from dragonlab.learn.prompts import (CONSTRUCTION, DEFAULT_FORM, PROMPT_FORMS, REFINEMENT, TASKS, construction_prompt,
                                      kernel_text, refinement_prompt)
+from dragonlab.search import benchmark
+from dragonlab.search.benchmark import Benchmark
 from dragonlab.search.records import BUILD_ERROR, FAILED, OK, RUN_ERROR, TIMEOUT, Record, RecordStore, trace_text
-from dragonlab.core.workloads import Workload
 
 SPLITS = ("train", "validation", "test", "test_family")
 SCRIPT_FORMS = ("design", "full")
@@ -96,20 +96,20 @@ class DatasetConfig:
 
     def __post_init__(self):
         if self.benchmark is not None and self.holdout_family is not None:
-            raise ValueError("benchmark and holdout_family exclude each other: the benchmark names its held-out families")
+            raise InputError("benchmark and holdout_family exclude each other: the benchmark names its held-out families")
         for name in ("top_k", "pairs_per_workload", "strata"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
         if not 0 < self.margin < 1:
-            raise ValueError(f"margin must be in (0, 1), got {self.margin!r}")
+            raise InputError(f"margin must be in (0, 1), got {self.margin!r}")
         if not (0 <= self.validation and 0 <= self.test and self.validation + self.test < 1):
-            raise ValueError(f"validation and test must be shares with validation + test < 1, "
+            raise InputError(f"validation and test must be shares with validation + test < 1, "
                              f"got {self.validation!r} and {self.test!r}")
         if self.scripts not in SCRIPT_FORMS:
-            raise ValueError(f"scripts must be one of {', '.join(SCRIPT_FORMS)}, got {self.scripts!r}")
+            raise InputError(f"scripts must be one of {', '.join(SCRIPT_FORMS)}, got {self.scripts!r}")
         if self.prompt_form not in PROMPT_FORMS:
-            raise ValueError(f"prompt_form must be one of {', '.join(PROMPT_FORMS)}, got {self.prompt_form!r}")
+            raise InputError(f"prompt_form must be one of {', '.join(PROMPT_FORMS)}, got {self.prompt_form!r}")
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def load_records(paths: list[str | os.PathLike]) -> tuple[dict[str, Workload], l
     sources = []
     for p in map(Path, paths):
         if not p.exists():
-            raise FileNotFoundError(f"{p} does not exist")
+            raise InputError(f"{p} does not exist")
         ws, rs = load(p)
         workloads.update(ws)
         records.extend(rs)
@@ -291,10 +291,10 @@ def build(workloads: dict[str, Workload], records: list[Record], config: Dataset
     groups = scripts_by_group(workloads, records, skipped, design=config.scripts == "design")
     families = {workloads[k].family for k, _ in groups}
     if config.holdout_family is not None and config.holdout_family not in families:
-        raise ValueError(f"holdout family {config.holdout_family!r}: no workload of that family has usable "
+        raise InputError(f"holdout family {config.holdout_family!r}: no workload of that family has usable "
                          f"records (families: {', '.join(sorted(families)) or 'none'})")
     if not groups:
-        raise ValueError(f"no usable record among {len(records)}: "
+        raise InputError(f"no usable record among {len(records)}: "
                          + (", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "no records"))
     examples: dict[str, list[Example]] = {s: [] for s in SPLITS}
     kernels: dict[str, str] = {}
@@ -349,7 +349,7 @@ def to_hf(built: Built):
 def check_out(out: Path) -> None:
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{out} exists and is not empty; choose a new directory")
+        raise InputError(f"{out} exists and is not empty; choose a new directory")
 
 
 def save(built: Built, out: str | os.PathLike) -> Path:
@@ -535,7 +535,7 @@ def _split_rule(c: DatasetConfig) -> str:
             f"else train. Held-out family (`test_family`): {c.holdout_family or 'none'}.")
 
 
-class DatasetFormatError(ValueError):
+class DatasetFormatError(InputError):
     """A dataset directory that `load` cannot use; the message names the file and the field."""
 
 

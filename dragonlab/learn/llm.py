@@ -31,6 +31,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from dragonlab.core.errors import InputError, UnavailableError
+
 # Faithful to docs/codec.md and to what codec.py parses (tests/test_llm.py checks that every
 # mnemonic is listed and that the example decodes); docs/ is not packaged, so it lives here.
 SCRIPT_LANGUAGE = """\
@@ -178,7 +180,7 @@ _THINKING = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 ENDPOINTS = ("chat", "completions")
 
 
-class ChatError(RuntimeError):
+class ChatError(UnavailableError):
     """A chat-completions request that failed for good (after retries, or not retryable)."""
 
 
@@ -219,7 +221,7 @@ def target_of(prompt: str) -> str:
     match = _TARGET.search(prompt)
     if match is None:
         first = prompt.split("\n", 1)[0]
-        raise ValueError(f"prompt has no 'target: ...' line (it begins {first[:80]!r})")
+        raise InputError(f"prompt has no 'target: ...' line (it begins {first[:80]!r})")
     return match.group(1)
 
 
@@ -241,7 +243,7 @@ class ChatModel:
 
     def __post_init__(self):
         if self.endpoint not in ENDPOINTS:
-            raise ValueError(f"ChatModel.endpoint must be one of {', '.join(ENDPOINTS)}, got {self.endpoint!r}")
+            raise InputError(f"ChatModel.endpoint must be one of {', '.join(ENDPOINTS)}, got {self.endpoint!r}")
 
     @property
     def url(self) -> str:

@@ -27,6 +27,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dragonlab.core.errors import InputError
 from dragonlab.core.progress import progress_bar
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>"}
@@ -68,7 +69,7 @@ def get_preset(name_or_path: str) -> Preset:
     if Path(name_or_path, "config.json").is_file():
         return Preset(Path(name_or_path).name, "local", lora=LORA_DEFAULTS, path=str(name_or_path),
                       learning_rate=2e-4, max_steps=400, batch_size=4)
-    raise ValueError(f"unknown preset {name_or_path!r}: expected one of {', '.join(PRESETS)} "
+    raise InputError(f"unknown preset {name_or_path!r}: expected one of {', '.join(PRESETS)} "
                      "or a local Hugging Face checkpoint directory (with config.json)")
 
 
@@ -201,7 +202,7 @@ def load(path: str | Path, *, trainable: bool = False):
 
     path = Path(path)
     if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{path}: no model here (neither config.json nor adapter_config.json)")
+        raise InputError(f"{path}: no model here (neither config.json nor adapter_config.json)")
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -240,7 +241,7 @@ def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: f
             room = getattr(model.config, "max_position_embeddings", None)
             limit = min(max_new_tokens, room - enc["input_ids"].shape[1]) if room else max_new_tokens
             if limit < 1:
-                raise ValueError(f"a prompt of {enc['input_ids'].shape[1]} tokens leaves no room in the model's "
+                raise InputError(f"a prompt of {enc['input_ids'].shape[1]} tokens leaves no room in the model's "
                                  f"context of {room} tokens")
             if constraint is not None:
                 constraint.greedy, constraint.temperature, constraint.top_p = temperature <= 0, temperature or 1.0, top_p

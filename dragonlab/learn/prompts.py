@@ -34,6 +34,7 @@ from tvm import tirx
 from tvm.ir.expr import TensorLoad
 from tvm.s_tir.stmt import SBlockRealize
 
+from dragonlab.core.errors import InputError
 from dragonlab.core.workloads import Workload
 
 PROMPT_FORMS = ("compact", "tvmscript")
@@ -50,7 +51,7 @@ def kernel_text(w: Workload | tvm.IRModule, form: str = DEFAULT_FORM) -> str:
         return mod["main"].script().rstrip("\n")
     if form == "compact":
         return compact(mod["main"])
-    raise ValueError(f"prompt form {form!r} is not one of {', '.join(PROMPT_FORMS)}")
+    raise InputError(f"prompt form {form!r} is not one of {', '.join(PROMPT_FORMS)}")
 
 
 def construction_prompt(kernel: str, target: str) -> str:
@@ -69,7 +70,7 @@ def refinement_from(construction: str, script: str) -> str:
     lines = head.split("\n")
     if not sep or lines[0] != f"task: {CONSTRUCTION}" or not lines[1].startswith("target: ") \
             or not kernel.endswith("\nscript:\n"):
-        raise ValueError("not a construction prompt: " + construction[:60].replace("\n", " | "))
+        raise InputError("not a construction prompt: " + construction[:60].replace("\n", " | "))
     return refinement_prompt(kernel[:-len("\nscript:\n")], lines[1][len("target: "):], script)
 
 

@@ -28,9 +28,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dragonlab.evaluation.reward import RewardConfig
+from dragonlab.core.errors import InputError
 from dragonlab.core.rundir import (REPORT_TO, claim, is_main, last_complete_checkpoint, log_callback, main_first,
                                    per_process, read_log, reporting, step_of, wait_for_everyone)
+from dragonlab.evaluation.reward import RewardConfig
 
 GENERATION = ("transformers", "vllm")
 
@@ -64,19 +65,19 @@ class RLConfig:
         for name in ("max_steps", "num_generations", "prompts_per_step", "max_completion_length", "save_steps",
                      "logging_steps"):
             if getattr(self, name) < 1:
-                raise ValueError(f"RLConfig.{name} must be positive, got {getattr(self, name)}")
+                raise InputError(f"RLConfig.{name} must be positive, got {getattr(self, name)}")
         if self.num_generations < 2:
-            raise ValueError("RLConfig.num_generations must be at least 2: GRPO compares scripts within a group")
+            raise InputError("RLConfig.num_generations must be at least 2: GRPO compares scripts within a group")
         if not self.learning_rate > 0 or self.beta < 0 or not self.temperature > 0:
-            raise ValueError("RLConfig: learning_rate and temperature must be positive, beta non-negative")
+            raise InputError("RLConfig: learning_rate and temperature must be positive, beta non-negative")
         if self.report_to not in REPORT_TO:
-            raise ValueError(f"RLConfig.report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
+            raise InputError(f"RLConfig.report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
         if self.generation not in GENERATION:
-            raise ValueError(f"RLConfig.generation must be one of {', '.join(GENERATION)}, got {self.generation!r}")
+            raise InputError(f"RLConfig.generation must be one of {', '.join(GENERATION)}, got {self.generation!r}")
         if self.runner not in ("local", "rpc") or (self.runner == "rpc" and not (self.tracker and self.key)):
-            raise ValueError("RLConfig.runner must be 'local', or 'rpc' with a tracker and a key")
+            raise InputError("RLConfig.runner must be 'local', or 'rpc' with a tracker and a key")
         if self.generation == "vllm" and self.constrained:
-            raise ValueError("RLConfig: constrained rollouts need generation='transformers' (vLLM takes no "
+            raise InputError("RLConfig: constrained rollouts need generation='transformers' (vLLM takes no "
                              "dragonlab logits processor)")
 
 
@@ -100,9 +101,9 @@ class ShapedReward:
         self.last: list = []  # the last batch's Evaluations (for tests and notebooks)
 
     def __call__(self, prompts, completions, workload, task, input_script, log_metric=None, **_) -> list[float]:
-        from dragonlab.learn.attempts import evaluate_attempts
         from dragonlab.evaluation.evaluate import STAGES
         from dragonlab.evaluation.reward import reward
+        from dragonlab.learn.attempts import evaluate_attempts
 
         rows = [{"workload": w, "task": t, "input_script": s} for w, t, s in zip(workload, task, input_script)]
         attempts = evaluate_attempts(self.evaluator, self.workloads, rows, [[c] for c in completions])
@@ -141,9 +142,9 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     import trl
     from transformers.trainer_callback import PrinterCallback
 
-    from dragonlab.learn import dataset, models
     from dragonlab.core.progress import shown
     from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+    from dragonlab.learn import dataset, models
     _check_generation(config.generation)
     torch.set_num_threads(config.threads)
     progress = shown(progress)
@@ -151,7 +152,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     source = Path(sft_dir) / "model" if (Path(sft_dir) / "model").is_dir() else Path(sft_dir)
     dsd, workloads = dataset.load(data)
     if "train" not in dsd:
-        raise ValueError(f"{data}: the dataset has no train split")
+        raise InputError(f"{data}: the dataset has no train split")
     model, tokenizer = models.load(source, trainable=True)
     with main_first():
         claim(out, config, data, source=str(source.resolve()))
@@ -220,7 +221,7 @@ def _check_generation(generation: str) -> None:
     if generation != "vllm":
         return
     if importlib.util.find_spec("vllm") is None:
-        raise ValueError("generation='vllm' needs the vllm package (pip install vllm, on a machine with CUDA GPUs); "
+        raise InputError("generation='vllm' needs the vllm package (pip install vllm, on a machine with CUDA GPUs); "
                            "use generation='transformers' here")
     if not torch.cuda.is_available():
-        raise ValueError("generation='vllm' needs CUDA GPUs; this machine has none: use generation='transformers'")
+        raise InputError("generation='vllm' needs CUDA GPUs; this machine has none: use generation='transformers'")

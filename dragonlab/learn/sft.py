@@ -31,6 +31,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import append_lines
 from dragonlab.core.rundir import (REPORT_TO, claim, is_main, last_complete_checkpoint, log_callback, main_first,
                                    per_process, read_log, reporting, step_of, wait_for_everyone)
@@ -64,15 +65,15 @@ class SFTConfig:
         for name in ("max_steps", "batch_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"SFTConfig.{name} must be positive, got {value}")
+                raise InputError(f"SFTConfig.{name} must be positive, got {value}")
         if not (isinstance(self.threads, int) and self.threads >= 1):
-            raise ValueError(f"SFTConfig.threads must be a positive integer, got {self.threads!r}")
+            raise InputError(f"SFTConfig.threads must be a positive integer, got {self.threads!r}")
         if self.learning_rate is not None and not self.learning_rate > 0:
-            raise ValueError(f"SFTConfig.learning_rate must be positive, got {self.learning_rate}")
+            raise InputError(f"SFTConfig.learning_rate must be positive, got {self.learning_rate}")
         if self.max_length < 16:
-            raise ValueError(f"SFTConfig.max_length must be at least 16, got {self.max_length}")
+            raise InputError(f"SFTConfig.max_length must be at least 16, got {self.max_length}")
         if self.report_to not in REPORT_TO:
-            raise ValueError(f"SFTConfig.report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
+            raise InputError(f"SFTConfig.report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
 
 
 @dataclass(frozen=True)
@@ -92,15 +93,15 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     from transformers import PreTrainedTokenizerFast, TrainerCallback
     from transformers.trainer_callback import PrinterCallback
 
-    from dragonlab.learn import dataset, models
     from dragonlab.core.progress import shown
+    from dragonlab.learn import dataset, models
 
     torch.set_num_threads(config.threads)
     progress = shown(progress)
     out = Path(out)
     dsd, workloads = dataset.load(data)
     if "train" not in dsd:
-        raise ValueError(f"{data}: the dataset has no train split")
+        raise InputError(f"{data}: the dataset has no train split")
     preset = models.get_preset(config.preset)
     with main_first():
         claim(out, config, data)
@@ -124,7 +125,7 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     lengths = [len(tokenizer(r["prompt"] + r["completion"])["input_ids"]) + 1 for r in train_rows]
     keep = [i for i, n in enumerate(lengths) if n <= config.max_length]
     if not keep:
-        raise ValueError(f"{data}: every train example is longer than max_length={config.max_length} tokens "
+        raise InputError(f"{data}: every train example is longer than max_length={config.max_length} tokens "
                          f"(shortest: {min(lengths)})")
     train_rows = train_rows.select(keep)
 
@@ -146,9 +147,9 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
                 self.judge(model, state.global_step)
 
         def judge(self, model, step):
+            from dragonlab.evaluation.evaluate import Evaluator
             from dragonlab.learn.attempts import evaluate_attempts, summary
             from dragonlab.learn.constrain import for_rows
-            from dragonlab.evaluation.evaluate import Evaluator
 
             if config.eval_split not in dsd:
                 append_lines(log_path, [{"step": step, "eval": None, "reason": f"no {config.eval_split} split"}])
@@ -194,7 +195,7 @@ def trainer_arguments(config: SFTConfig, checkpoints: Path, *, defaults=None, pr
     def pick(name):
         value = getattr(config, name) if getattr(config, name) is not None else getattr(defaults, name, None)
         if value is None:
-            raise ValueError(f"SFTConfig.{name} is needed: neither the config nor a preset gives it")
+            raise InputError(f"SFTConfig.{name} is needed: neither the config nor a preset gives it")
         return value
 
     return trl.SFTConfig(

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dragonlab.learn.attempts import Attempt, evaluate_attempts
 from dragonlab.evaluation.reward import RewardConfig, reward
+from dragonlab.learn.attempts import Attempt, evaluate_attempts
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,11 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dragonlab.learn.attempts import Attempt, ModelWriter, summary, write_and_evaluate
-from dragonlab.evaluation.evaluate import Evaluation
-from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, refinement_from
+from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import append_lines, read_json, read_lines, write_atomic
+from dragonlab.evaluation.evaluate import Evaluation
+from dragonlab.learn.attempts import Attempt, ModelWriter, summary, write_and_evaluate
+from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, refinement_from
 
 # The paper's self-reported figures (arXiv 2610.20980): an 8B model with LoRA, cuda targets,
 # 54,116 workloads; shown beside ours with the scale noted, never mixed with them.
@@ -71,7 +72,7 @@ class ReportConfig:
 
     def __post_init__(self):
         if self.k < 1 or self.turns < 0 or not self.budgets or min(self.budgets) < 1:
-            raise ValueError(f"need k >= 1, turns >= 0 and budgets >= 1, got k={self.k}, turns={self.turns}, "
+            raise InputError(f"need k >= 1, turns >= 0 and budgets >= 1, got k={self.k}, turns={self.turns}, "
                              f"budgets={self.budgets}")
 
 
@@ -141,16 +142,16 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     in their own file, so LLMs can join a report one at a time."""
     import torch
 
-    from dragonlab.learn import dataset, models
-    from dragonlab.evaluation.evaluate import Evaluator
     from dragonlab.core.rundir import claim
+    from dragonlab.evaluation.evaluate import Evaluator
+    from dragonlab.learn import dataset, models
 
     run = Path(run)
     out = run / "report"
     dsd, workloads = dataset.load(run / "dataset")
     rows = held_out_rows(dsd, config)
     if not rows:
-        raise ValueError(f"{run / 'dataset'} has none of the held-out splits {list(config.splits)}")
+        raise InputError(f"{run / 'dataset'} has none of the held-out splits {list(config.splits)}")
     target = dataset.target_of(dsd, list(rows))
     held = list(dict.fromkeys(r["workload"] for split in rows.values() for r in split))
     systems = model_systems(run)
@@ -247,8 +248,8 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
                config: ReportConfig, progress: bool) -> dict[str, dict[str, dict]]:
     """{system: {workload key: {"latency", "stage", "script", ...}}} for every baseline, judged
     now or read back from baselines.jsonl."""
-    from dragonlab.search import baselines
     from dragonlab.core import codec
+    from dragonlab.search import baselines
 
     path = out / "baselines.jsonl"
     done: dict[str, dict[str, dict]] = defaultdict(dict)

@@ -7,8 +7,8 @@ import html
 import os
 from pathlib import Path
 
-from dragonlab.reporting import plots
 from dragonlab.core.jsonl import write_atomic
+from dragonlab.reporting import plots
 from dragonlab.reporting.report import search_curves
 
 

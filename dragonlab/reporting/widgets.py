@@ -24,9 +24,8 @@ from pathlib import Path
 from dragonlab.core import codec
 from dragonlab.core.allowlist import known_crash
 from dragonlab.core.jsonl import read_lines
-from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerError
 from dragonlab.core.workloads import Workload
-
+from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerError
 
 # --- applying scripts, one instruction at a time (in a worker) -----------------------------------
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from dragonlab.core import codec
 from dragonlab.core.jsonl import append_lines, read_lines
-from dragonlab.search.records import OK, Record, RecordStore
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import Workload
+from dragonlab.search.records import OK, Record, RecordStore
 
 
 @dataclass(frozen=True)

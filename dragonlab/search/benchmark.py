@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import JsonFormatError, read_json, write_atomic
 from dragonlab.core.workloads import GENERATORS, Workload
 
@@ -39,7 +40,7 @@ HELD_OUT = ("conv1d", "gemv", "model:fused_conv2d_subtract_divide_expand_dims_mu
 SEARCH_LONG, SEARCH_LONG_TRIALS, SEARCH_TRIALS = 24, 512, 128
 
 
-class BenchmarkFormatError(ValueError):
+class BenchmarkFormatError(InputError):
     """A benchmark file that is not what `save` writes; names the file and the field."""
 
 
@@ -95,7 +96,7 @@ def define(workloads: list[Workload], *, name: str, held_out: tuple[str, ...] = 
         by_family[op_family(w)].append(w.key)
     missing = [f for f in held_out if f not in by_family]
     if missing:
-        raise ValueError(f"held-out family {missing[0]!r} has no workload in the suite")
+        raise InputError(f"held-out family {missing[0]!r} has no workload in the suite")
     splits: dict[str, list[str]] = {s: [] for s in SPLITS}
     firsts = []
     for family in sorted(by_family):

@@ -15,19 +15,19 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-from dragonlab.core.progress import progress_bar
-
 import tvm.s_tir.meta_schedule as ms
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.schedule import Trace
 
 from dragonlab.core.codec import to_plain
-from dragonlab.search.explore import tune_context
-from dragonlab.search.measure import Measurer, MeasureConfig, make_runner
-from dragonlab.search.records import OK, TIMEOUT, MS_FAILURE_SECS, Record, RecordStore, classify_error
+from dragonlab.core.errors import InputError
+from dragonlab.core.progress import progress_bar
 from dragonlab.core.targets import TargetSpec
 from dragonlab.core.workloads import Workload
+from dragonlab.search.explore import tune_context
+from dragonlab.search.measure import MeasureConfig, Measurer, make_runner
+from dragonlab.search.records import MS_FAILURE_SECS, OK, TIMEOUT, Record, RecordStore, classify_error
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,9 @@ def shard(workloads: list[Workload], spec: str | None) -> list[Workload]:
     try:
         i, n = (int(x) for x in spec.split("/"))
     except ValueError:
-        raise ValueError(f"--shard must be I/N with 0 <= I < N, got {spec!r}") from None
+        raise InputError(f"--shard must be I/N with 0 <= I < N, got {spec!r}") from None
     if not 0 <= i < n:
-        raise ValueError(f"--shard must be I/N with 0 <= I < N, got {spec!r}")
+        raise InputError(f"--shard must be I/N with 0 <= I < N, got {spec!r}")
     return [w for w in workloads if int(w.key) % n == i]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dragonlab.core import codec
+from dragonlab.core.errors import InputError
 from dragonlab.core.targets import TargetSpec, get_target
 from dragonlab.core.workloads import Workload
 
@@ -101,7 +102,7 @@ def sample_traces(workload: Workload, target="cpu", n: int = 3, seed: int = 1, *
     seeds (default `50 * n`) are spent.
     """
     if n < 0 or seed < 1:  # TVM refuses seed 0
-        raise ValueError(f"need n >= 0 and seed >= 1, got n={n}, seed={seed}")
+        raise InputError(f"need n >= 0 and seed >= 1, got n={n}, seed={seed}")
     ctx = tune_context(workload.mod, target)
     spaces = list(ctx.generate_design_space())
     samples = []

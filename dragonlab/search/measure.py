@@ -22,12 +22,13 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.builder.local_builder import default_export
-from tvm.s_tir.meta_schedule.runner import (EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner,
-                                             RunnerInput, RunnerResult)
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner, RunnerInput, RunnerResult
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+from dragonlab.core.errors import InputError, UnavailableError
 
-class RunnerUnavailableError(RuntimeError):
+
+class RunnerUnavailableError(UnavailableError):
     """The RPC tracker cannot be reached, or has no server for the key."""
 
 
@@ -90,7 +91,7 @@ class PooledBuilder(PyBuilder):
 def parse_tracker(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"--tracker must be HOST:PORT, got {text!r}")
+        raise InputError(f"--tracker must be HOST:PORT, got {text!r}")
     return host, int(port)
 
 
@@ -119,13 +120,13 @@ def make_runner(kind: str, config: MeasureConfig, *, tracker: str | None = None,
         return LocalRunner(timeout_sec=config.run_timeout_sec, evaluator_config=config.evaluator())
     if kind == "rpc":
         if not tracker or not key:
-            raise ValueError("the rpc runner needs --tracker HOST:PORT and --key KEY")
+            raise InputError("the rpc runner needs --tracker HOST:PORT and --key KEY")
         host, port = parse_tracker(tracker)
         servers = check_tracker(host, port, key)
         rpc = RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key,
                         session_timeout_sec=int(config.run_timeout_sec))
         return RPCRunner(rpc_config=rpc, evaluator_config=config.evaluator(), max_workers=servers)
-    raise ValueError(f"unknown runner {kind!r}; use 'local' or 'rpc'")
+    raise InputError(f"unknown runner {kind!r}; use 'local' or 'rpc'")
 
 
 def run_bounded(runner, inputs: list[RunnerInput], timeout_sec: float) -> list[RunnerResult]:

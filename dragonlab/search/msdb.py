@@ -14,16 +14,18 @@ import tempfile
 from pathlib import Path
 
 import tvm
-import tvm_ffi
 import tvm.s_tir.meta_schedule as ms
+import tvm_ffi
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.schedule import Trace
 
 from dragonlab.core.codec import to_plain
-from dragonlab.search.records import FAILED, MS_FAILURE_SECS, OK, TIMEOUT, UNMEASURED, Record, RecordFormatError, RecordStore
+from dragonlab.core.errors import InputError
 from dragonlab.core.targets import get_target, name_of
 from dragonlab.core.workloads import Workload
+from dragonlab.search.records import (FAILED, MS_FAILURE_SECS, OK, TIMEOUT, UNMEASURED, Record, RecordFormatError,
+                                      RecordStore)
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -40,7 +42,7 @@ def find_databases(root: Path) -> list[Path]:
         return [root]
     found = sorted(p.parent for p in root.rglob(WORKLOAD_FILE) if is_database(p.parent))
     if not found:
-        raise FileNotFoundError(f"{root}: no {WORKLOAD_FILE} + {RECORD_FILE} found")
+        raise InputError(f"{root}: no {WORKLOAD_FILE} + {RECORD_FILE} found")
     return found
 
 
@@ -125,7 +127,7 @@ def export_database(store: RecordStore, out: Path, target: str) -> int:
     since MetaSchedule's query does not filter by target). Refuses to overwrite."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not empty; choose a new directory")
+        raise InputError(f"{out} exists and is not empty; choose a new directory")
     spec = get_target(target)
     workloads = store.workloads()
     tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=out.parent if out.parent.exists() else None))

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import append_lines, read_lines, seal
 from dragonlab.core.workloads import Workload
 
@@ -46,7 +47,7 @@ STATUSES = (OK, BUILD_ERROR, RUN_ERROR, FAILED, TIMEOUT, UNMEASURED)
 MS_FAILURE_SECS = 1e10
 
 
-class RecordFormatError(ValueError):
+class RecordFormatError(InputError):
     """A record or workload file line that is not what dragonlab wrote: names file and line."""
 
 
@@ -141,7 +142,7 @@ class RecordStore:
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
         elif not self.root.is_dir():
-            raise FileNotFoundError(f"record store {self.root} does not exist")
+            raise InputError(f"record store {self.root} does not exist")
         self._suffix = f".{shard}" if shard else ""
 
     # writing -------------------------------------------------------------------------------
@@ -171,7 +172,7 @@ class RecordStore:
         next free number), so that what it has so far can be shipped and its collection goes on
         in a new plain file."""
         if part and not shard:
-            raise ValueError("sealing a part needs the shard it belongs to")
+            raise InputError("sealing a part needs the shard it belongs to")
         names = [f"{stem}.{shard}.jsonl" for stem in ("records", "progress", "collection")] if shard else None
         paths = [p for stem in ("workloads", "records", "progress", "collection") for p in self.files(stem)]
         paths = [p for p in paths if p.suffix == ".jsonl" and (names is None or p.name in names
