@@ -5,8 +5,8 @@ carry an IndexMap, which a trace's JSON embeds as a tvm-ffi JSON graph (about 2 
 post-order, objects shared by identity, strings and ints by value. The readable form
 `{i,j->i//16,j%16}` keeps identity: a name is the map's own variable or else one free variable per
 name (a sampled tile size), and a shared sub-expression is labelled where it first appears
-(`16@1`), then cited (`@1`). `Printer` writes a graph in this form; `MapReader` (mixed into the
-codec's parser) reads it and rebuilds the graph node by node, as TVM's serializer would. The codec
+(`16@1`), then cited (`@1`). `Printer` writes a graph in this form; `MapReader` reads it, from the
+script parser's cursor, and rebuilds the graph node by node, as TVM's serializer would. The codec
 uses the readable form only when reading it back regenerates the exact graph string.
 """
 
@@ -42,48 +42,54 @@ class Obj:
 class MapReader:
     """The index-map productions of the script grammar (`imap`, `map`, `expr`, ...).
 
-    A mixin: the codec's parser supplies the reading of characters (`line`, `pos`, `_peek`,
-    `_expect`, `_fail`, `_error`, `_number`, `_string`, `_word`), the state `free`, `labels`
-    and `scope`, and `verbatim` (whether `{"graph"}` may be read).
+    Reads from a cursor, the script parser's `Cursor`: its `line` and `pos`, its characters
+    (`peek`, `expect`, `word`, `number`, `string`) and its errors (`fail`, `error`), which give a
+    script's line and column. `verbatim`: whether `{"graph"}` may be read.
     """
 
-    def _imap(self, pretty: bool) -> str:
+    def __init__(self, cursor, verbatim: bool = True):
+        self.cursor, self.verbatim = cursor, verbatim
+        self.free, self.labels, self.scope, self.terms = {}, {}, {}, 0
+
+    def read(self, pretty: bool) -> str:
         """`{binders->exprs[|inverse]}`, or verbatim `{"graph"}`; returns TVM's JSON graph string."""
-        self._expect("{", "'{'")
-        if self._peek() == '"' and not self.verbatim:
-            self._error("verbatim index maps are not accepted here; write the map as {i,j->...}")
-        if self._peek() == '"':
-            start, graph = self.pos, self._string()
+        cur = self.cursor
+        cur.expect("{", "'{'")
+        if cur.peek() == '"' and not self.verbatim:
+            cur.error("verbatim index maps are not accepted here; write the map as {i,j->...}")
+        if cur.peek() == '"':
+            start, graph = cur.pos, cur.string()
             if not (graph[:1] == "{" and graph[-1:] == "}"):
-                self._error("a verbatim index map is a JSON object", start)
+                cur.error("a verbatim index map is a JSON object", start)
         else:
             self.free, self.labels, self.terms = {}, {}, 0
             graph = graph_json(self._map(0), pretty)
-        self._expect("}", "'}'")
+        cur.expect("}", "'}'")
         return graph
 
     def _map(self, depth: int) -> Obj:
+        cur = self.cursor
         if depth > MAX_DEPTH:
-            self._error("index maps nested too deeply")
+            cur.error("index maps nested too deeply")
         binders = {}
-        while self._peek() != "-":
+        while cur.peek() != "-":
             if binders:
-                self._expect(",", "',' or '->'")
-            start, name = self.pos, self._ident("a variable")
+                cur.expect(",", "',' or '->'")
+            start, name = cur.pos, self._ident("a variable")
             if name in binders:
-                self._error(f"variable {name} is declared twice", start)
+                cur.error(f"variable {name} is declared twice", start)
             binders[name] = Obj("ir.Var", self._dtype("int32"), name)
-        self._expect("-", "'->'")
-        self._expect(">", "'->'")
+        cur.expect("-", "'->'")
+        cur.expect(">", "'->'")
         self.scope, final = binders, []
-        if self._peek() not in ("|", "}"):
+        if cur.peek() not in ("|", "}"):
             final.append(self._expr(depth + 1, 1))
-            while self._peek() == ",":
-                self.pos += 1
+            while cur.peek() == ",":
+                cur.pos += 1
                 final.append(self._expr(depth + 1, 1))
         inverse = None
-        if self._peek() == "|":
-            self.pos += 1
+        if cur.peek() == "|":
+            cur.pos += 1
             inverse = self._map(depth + 1)
         arrays = (Obj("ffi.Array", None, list(binders.values())), Obj("ffi.Array", None, final))
         return Obj("tirx.IndexMap", None, (*arrays, inverse))
@@ -93,85 +99,90 @@ class MapReader:
         in number (so nothing that walks it takes long)."""
         height, self.terms = 1 + max(a.height, b.height), self.terms + 1
         if height > MAX_DEPTH:
-            self._error("index-map expression nested too deeply")
+            self.cursor.error("index-map expression nested too deeply")
         if self.terms > MAX_TERMS:
-            self._error(f"index map has more than {MAX_TERMS} operations")
+            self.cursor.error(f"index map has more than {MAX_TERMS} operations")
         return Obj(typ, dtype, (a, b), height)
 
     def _ident(self, expected: str) -> str:
-        start, word = self.pos, self._word()
+        cur = self.cursor
+        start, word = cur.pos, cur.word()
         if not word or word[0].isdigit():
-            self.pos = start
-            self._fail(expected)
+            cur.pos = start
+            cur.fail(expected)
         return word
 
     def _dtype(self, default: str | None) -> str | None:
-        if self._peek() != ":":
+        if self.cursor.peek() != ":":
             return default
-        self.pos += 1
+        self.cursor.pos += 1
         return self._ident("a dtype")
 
     def _expr(self, depth: int, min_prec: int) -> Obj:
         """Precedence climbing; every operator is left-associative, as in Python."""
+        cur = self.cursor
         if depth > MAX_DEPTH:
-            self._error("index-map expression nested too deeply")
+            cur.error("index-map expression nested too deeply")
         left = self._labelled(depth)
         while True:
-            op = "//" if self.line.startswith("//", self.pos) else self._peek()
+            op = "//" if cur.line.startswith("//", cur.pos) else cur.peek()
             if op == "/":
-                self.pos += 1
-                self._fail("'//'")
+                cur.pos += 1
+                cur.fail("'//'")
             if op not in _OPS or _OPS[op][1] < min_prec:
                 return left
-            self.pos += len(op)
+            cur.pos += len(op)
             typ, prec = _OPS[op]
             left = self._operation(typ, left.dtype, left, self._expr(depth + 1, prec + 1))
 
     def _labelled(self, depth: int) -> Obj:
-        if self._peek() == "@":
-            self.pos += 1
-            start, k = self.pos, self._label()
-            return self.labels[k] if k in self.labels else self._error(f"label @{k} is not defined", start)
+        cur = self.cursor
+        if cur.peek() == "@":
+            cur.pos += 1
+            start, k = cur.pos, self._label()
+            return self.labels[k] if k in self.labels else cur.error(f"label @{k} is not defined", start)
         obj = self._atom(depth)
-        if self._peek() == "@":
-            self.pos += 1
-            start, k = self.pos, self._label()
+        if cur.peek() == "@":
+            cur.pos += 1
+            start, k = cur.pos, self._label()
             if k in self.labels:
-                self._error(f"label @{k} is defined twice", start)
+                cur.error(f"label @{k} is defined twice", start)
             self.labels[k] = obj
         return obj
 
     def _label(self) -> int:
-        start = self.pos
-        n = self._number() if self._peek().isdigit() else self._fail("a label number")
-        return n if type(n) is int else self._error("a label is an integer", start)
+        cur = self.cursor
+        start = cur.pos
+        n = cur.number() if cur.peek().isdigit() else cur.fail("a label number")
+        return n if type(n) is int else cur.error("a label is an integer", start)
 
     def _atom(self, depth: int) -> Obj:
-        c = self._peek()
+        cur = self.cursor
+        c = cur.peek()
         if c == "(":
-            self.pos += 1
+            cur.pos += 1
             inner = self._expr(depth + 1, 1)
-            self._expect(")", "')'")
+            cur.expect(")", "')'")
             return inner
         if c == "-" or c.isdigit():
-            value = self._number()
+            value = cur.number()
             typ = "ir.IntImm" if type(value) is int else "ir.FloatImm"
             return Obj(typ, self._dtype("int32" if typ == "ir.IntImm" else "float32"), value)
-        start, name = self.pos, self._ident("an expression")
-        if name in _CALL_TYPES and self._peek() == "(":
-            self.pos += 1
+        start, name = cur.pos, self._ident("an expression")
+        if name in _CALL_TYPES and cur.peek() == "(":
+            cur.pos += 1
             a = self._expr(depth + 1, 1)
-            self._expect(",", "','")
+            cur.expect(",", "','")
             b = self._expr(depth + 1, 1)
-            self._expect(")", "')'")
+            cur.expect(")", "')'")
             return self._operation(_CALL_TYPES[name], a.dtype, a, b)
         dtype = self._dtype(None)
         if name in self.scope:
             if dtype is not None:
-                self._error("a bound variable's dtype is in its binder", start)
+                cur.error("a bound variable's dtype is in its binder", start)
             return self.scope[name]
         var = self.free.setdefault(name, Obj("ir.Var", dtype or "int32", name))
-        return var if dtype in (None, var.dtype) else self._error(f"free variable {name} has dtype {var.dtype}", start)
+        return var if dtype in (None, var.dtype) else cur.error(f"free variable {name} has dtype {var.dtype}", start)
 
 
 def graph_json(root: Obj, pretty: bool) -> str:

@@ -6,12 +6,13 @@ import re
 import statistics
 
 import pytest
-import trace_corpus
 import tvm_ffi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dragonlab.testing import trace_corpus
 from dragonlab.core import codec
+from dragonlab.testing import trace_corpus
 from dragonlab.core.codec import ScriptSyntaxError, TraceFormatError, UnknownInstructionError
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -362,3 +363,35 @@ def test_corrupted_real_scripts_fail_only_with_syntax_errors(cut, junk):
         codec.decode(broken)
     except ScriptSyntaxError:
         pass
+
+
+def test_table_defaults_are_what_a_script_means_when_it_leaves_them_out():
+    defaults = {(k.mnemonic, n): p.default for k in codec.KINDS.values() for n, p in enumerate(k.params)
+                if not callable(p.default) and p.default != ()}
+    expected = {
+        ("get", 1): "main", ("tile", 1): 64, ("split", 2): True, ("split", 3): False, ("partition", 2): 1,
+        ("fuse", 1): 1, ("ann", 2): 1, ("cache_read", 3): [], ("cache_write", 3): [], ("at", 2): 1, ("at", 3): -1,
+        ("rev_at", 2): 1, ("rev_at", 3): -1, ("blockize", 1): True, ("tensorize", 2): True, ("layout", 4): None,
+        ("layout", 5): True}
+    assert defaults.keys() == expected.keys() and all(exact(v, expected[k]) for k, v in defaults.items())
+    assert {(k.mnemonic, n) for k in codec.KINDS.values() for n, p in enumerate(k.params) if callable(p.default)} \
+        == {("tile", 2), ("ptile", 3), ("cat", 1)}
+    head = "get C\nloops b0 >3\n"
+    for short, full in (("get D", "get D main"), ("ann b0 par", "ann b0 par 1"), ("tile l1 =[2,2]", "tile l1 64 2 =[2,2]"),
+                        ("cache_read b0 0 global", "cache_read b0 0 global []"), ("at b0 l1", "at b0 l1 1 -1"),
+                        ("split l1 4 8", "split l1 4 8 ; true false"), ("fuse l1..3", "fuse l1..3 ; 1"),
+                        ("layout b0 {i->i} 0 0", "layout b0 {i->i} 0 0 None true"), ("cat [1,2] =0", "cat [1,2] [0.5,0.5] =0")):
+        assert exact(codec.decode(head + short), codec.decode(head + full)), short
+
+
+def test_line_reader_reports_how_far_an_open_line_got():
+    reader = codec.LineReader(("b0", "l1"), 2)
+    assert reader.read("tile l1 64 =[1,") is None
+    assert (reader.kind.mnemonic, reader.written, reader.decision_at) == ("tile", 2, 12)  # "[1," starts at 12
+    inst, decision = reader.read("tile l1 =[4,2]", open_end=False)
+    assert inst == ["SamplePerfectTile", ["l1"], [2, 64], ["v2", "v3"]] and decision == [4, 2]
+    reader.commit(inst)
+    assert reader.outputs == 4 and {"v2", "v3"} <= reader.defined
+    with pytest.raises(ScriptSyntaxError, match="line 7, column 7: .*'v9'") as info:
+        reader.read("split v9", open_end=False, lineno=7)
+    assert (info.value.line, info.value.column) == (7, 7)
