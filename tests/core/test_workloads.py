@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm.s_tir.analysis import estimate_tir_flops
 
+from dragonlab.core import families, networks
 from dragonlab.core import workloads as W
 from dragonlab.core.errors import InputError
 from dragonlab.core.workloads import Workload, WorkloadFormatError
@@ -38,10 +39,10 @@ def _out_shape(w: Workload) -> list[int]:
     return [int(s) for s in ms.arg_info.ArgInfo.from_prim_func(w.mod["main"])[-1].shape]
 
 
-@pytest.mark.parametrize("family", W.FAMILIES)
+@pytest.mark.parametrize("family", families.FAMILIES)
 def test_every_family_generates_a_main_module_with_a_decimal_key(family):
     for seed in range(3):
-        w = W.sample(family, random.Random(seed))
+        w = families.sample(family, random.Random(seed))
         assert w.family == family
         assert isinstance(w.mod, tvm.IRModule) and "main" in w.mod
         assert w.key.isdigit() and w.key == str(tvm_ffi.structural_hash(w.mod))
@@ -54,23 +55,32 @@ def test_every_family_generates_a_main_module_with_a_decimal_key(family):
 def test_compute_bound_flops_agree_with_tvm_count(family):
     rng = random.Random(7)
     for _ in range(5):  # sampled shapes cover the stride and padding variants
-        w = W.sample(family, rng)
+        w = families.sample(family, rng)
         assert w.flops == estimate_tir_flops(w.mod), w.name
 
 
 def test_generators_are_deterministic_including_block_names():
-    a = W.conv2d_nhwc(n=1, c=16, h=14, w=14, f=32, kernel=3, stride=2, pad=1)
-    b = W.conv2d_nhwc(n=1, c=16, h=14, w=14, f=32, kernel=3, stride=2, pad=1)
+    a = families.conv2d_nhwc(n=1, c=16, h=14, w=14, f=32, kernel=3, stride=2, pad=1)
+    b = families.conv2d_nhwc(n=1, c=16, h=14, w=14, f=32, kernel=3, stride=2, pad=1)
     assert a == b and a.key == b.key and a.mod.script() == b.mod.script()
-    assert 'T.sblock("C")' in W.matmul(m=8, n=8, k=8).mod.script()
+    assert 'T.sblock("C")' in families.matmul(m=8, n=8, k=8).mod.script()
+
+
+def test_the_suites_module_still_exports_what_callers_import_from_it():
+    from dragonlab.core import workload
+
+    assert W.Workload is workload.Workload and W.WorkloadFormatError is workload.WorkloadFormatError
+    assert (W.GENERATORS, W.FAMILIES, W.SAMPLERS, W.sample, W.matmul) == (
+        families.GENERATORS, families.FAMILIES, families.SAMPLERS, families.sample, families.matmul)
+    assert W.extract_model_workloads is networks.extract_model_workloads and W.MODELS is networks.MODELS
 
 
 def test_fp16_accumulation_is_a_distinct_named_variant():
-    plain = W.matmul(m=32, n=32, k=32, dtype="float16")
-    wide = W.matmul(m=32, n=32, k=32, dtype="float16", accum="float32")
+    plain = families.matmul(m=32, n=32, k=32, dtype="float16")
+    wide = families.matmul(m=32, n=32, k=32, dtype="float16", accum="float32")
     assert plain.key != wide.key and plain.name != wide.name
     assert wide.params["accum"] == "float32" and "accum" not in plain.params
-    assert W.matmul(m=64, n=64, k=64).name == "matmul_m64_n64_k64_float32"
+    assert families.matmul(m=64, n=64, k=64).name == "matmul_m64_n64_k64_float32"
 
 
 def test_quick_suite_is_small_unique_and_covers_the_core_families():
@@ -78,7 +88,7 @@ def test_quick_suite_is_small_unique_and_covers_the_core_families():
     assert len(ws) <= 48  # about 4 minutes of collection at 16 trials on 2 cores
     assert len({w.name for w in ws}) == len(ws) and len({w.key for w in ws}) == len(ws)
     shapes = Counter(w.family for w in ws)
-    assert set(shapes) <= set(W.FAMILIES) and len(shapes) >= 13
+    assert set(shapes) <= set(families.FAMILIES) and len(shapes) >= 13
     assert min(shapes.values()) >= 3  # held out: unseen shapes of seen families
     assert any(w.family == "matmul" and w.dtype == "float16" for w in ws)
     assert max(w.flops for w in ws) < 2e6  # each candidate must run in microseconds
@@ -92,13 +102,13 @@ def standard():
 def test_standard_suite_has_every_family_at_many_shapes_and_three_networks(standard):
     assert len(standard) >= 300 and len({w.key for w in standard}) == len(standard)
     assert len({w.name for w in standard}) == len(standard)
-    generated = Counter(w.family for w in standard if w.family in W.GENERATORS)
-    assert set(generated) == set(W.FAMILIES) and len(generated) >= 20
+    generated = Counter(w.family for w in standard if w.family in families.GENERATORS)
+    assert set(generated) == set(families.FAMILIES) and len(generated) >= 20
     assert min(generated.values()) >= 10
-    networks = Counter(w.params["model"] for w in standard if w.family.startswith("model:"))
-    assert set(networks) >= {"resnet", "mobilenet", "transformer_block"} and min(networks.values()) >= 5
-    assert all(W._work(w) <= W.STANDARD_MAX_WORK for w in standard if w.family in W.GENERATORS)
-    assert not any(W._has_index_inputs(w) for w in standard)
+    tasks = Counter(w.params["model"] for w in standard if w.family.startswith("model:"))
+    assert set(tasks) >= {"resnet", "mobilenet", "transformer_block"} and min(tasks.values()) >= 5
+    assert all(W.work_of(w) <= W.STANDARD_MAX_WORK for w in standard if w.family in families.GENERATORS)
+    assert not any(W.has_index_inputs(w) for w in standard)
     # extracted tasks keep the names TVM's legalisation gives their blocks
     conv = next(w for w in standard if w.family.startswith("model:resnet/fused_conv2d"))
     assert 'T.sblock("conv2d_nchw")' in conv.mod.script()
@@ -112,8 +122,8 @@ def test_standard_suite_is_deterministic_per_seed(standard):
 
 
 def test_the_index_input_of_a_gather_is_found():
-    take = next(w for w in W.extract_model_workloads("transformer_block") if w.name.endswith("_take"))
-    assert W._has_index_inputs(take) and not W._has_index_inputs(W.matmul(m=8, n=8, k=8))
+    take = next(w for w in networks.extract_model_workloads("transformer_block") if w.name.endswith("_take"))
+    assert W.has_index_inputs(take) and not W.has_index_inputs(families.matmul(m=8, n=8, k=8))
 
 
 def test_paper_suite_streams_deterministically():
@@ -148,9 +158,9 @@ def test_json_round_trip_keeps_key_and_block_names():
 
 
 @settings(max_examples=25, deadline=None)
-@given(family=st.sampled_from(W.FAMILIES), seed=st.integers(0, 2**32))
+@given(family=st.sampled_from(families.FAMILIES), seed=st.integers(0, 2**32))
 def test_json_round_trip_holds_for_sampled_workloads(family, seed):
-    w = W.sample(family, random.Random(seed))
+    w = families.sample(family, random.Random(seed))
     _assert_same_workload(Workload.from_json(json.loads(json.dumps(w.to_json()))), w)
 
 
@@ -180,7 +190,7 @@ def test_matmul_computes_a_matmul(quick):
 
 
 def test_fp16_matmul_accumulates_in_fp32():
-    w = W.matmul(m=32, n=32, k=32, dtype="float16", accum="float32")
+    w = families.matmul(m=32, n=32, k=32, dtype="float16", accum="float32")
     rng = np.random.default_rng(1)
     a, b = (rng.standard_normal((32, 32)).astype(np.float16) for _ in range(2))
     ref = a.astype(np.float32) @ b.astype(np.float32)
@@ -211,21 +221,22 @@ def _torch_reference():
     t = torch.from_numpy
     attention = lambda q, k, v: torch.softmax(t(q) @ t(k).transpose(1, 2) / 8.0, dim=-1) @ t(v)  # d = 64
     return [
-        (W.gemv(n=96, k=200), [(96, 200), (200,)], lambda w, x: t(w) @ t(x)),
-        (W.conv1d(n=2, c=8, l=50, f=16, kernel=5, stride=2, pad=2), [(2, 8, 50), (16, 8, 5)],
+        (families.gemv(n=96, k=200), [(96, 200), (200,)], lambda w, x: t(w) @ t(x)),
+        (families.conv1d(n=2, c=8, l=50, f=16, kernel=5, stride=2, pad=2), [(2, 8, 50), (16, 8, 5)],
          lambda x, w: F.conv1d(t(x), t(w), stride=2, padding=2)),
-        (W.group_conv2d(n=1, c=16, h=9, w=9, f=8, kernel=3, groups=4, stride=2, pad=1), [(1, 16, 9, 9), (8, 4, 3, 3)],
+        (families.group_conv2d(n=1, c=16, h=9, w=9, f=8, kernel=3, groups=4, stride=2, pad=1),
+         [(1, 16, 9, 9), (8, 4, 3, 3)],
          lambda x, w: F.conv2d(t(x), t(w), stride=2, padding=1, groups=4)),
-        (W.conv2d_transpose(n=1, c=8, h=5, w=5, f=4, kernel=4, stride=2, pad=1), [(1, 8, 5, 5), (8, 4, 4, 4)],
+        (families.conv2d_transpose(n=1, c=8, h=5, w=5, f=4, kernel=4, stride=2, pad=1), [(1, 8, 5, 5), (8, 4, 4, 4)],
          lambda x, w: F.conv_transpose2d(t(x), t(w), stride=2, padding=1)),
-        (W.global_avg_pool(n=2, c=8, h=7, w=7), [(2, 8, 7, 7)], lambda x: t(x).mean((2, 3), keepdim=True)),
-        (W.upsample(n=1, c=4, h=5, w=6, scale=2), [(1, 4, 5, 6)], lambda x: F.interpolate(t(x), scale_factor=2)),
-        (W.upsample(n=1, c=4, h=5, w=6, scale=2, method="linear"), [(1, 4, 5, 6)],
+        (families.global_avg_pool(n=2, c=8, h=7, w=7), [(2, 8, 7, 7)], lambda x: t(x).mean((2, 3), keepdim=True)),
+        (families.upsample(n=1, c=4, h=5, w=6, scale=2), [(1, 4, 5, 6)], lambda x: F.interpolate(t(x), scale_factor=2)),
+        (families.upsample(n=1, c=4, h=5, w=6, scale=2, method="linear"), [(1, 4, 5, 6)],
          lambda x: F.interpolate(t(x), scale_factor=2, mode="bilinear", align_corners=False)),
-        (W.log_softmax(m=6, n=50), [(6, 50)], lambda x: torch.log_softmax(t(x), -1)),
-        (W.scale_shift_act(n=1, c=8, h=5, w=5, act="silu"), [(1, 8, 5, 5), (8,), (8,)],
+        (families.log_softmax(m=6, n=50), [(6, 50)], lambda x: torch.log_softmax(t(x), -1)),
+        (families.scale_shift_act(n=1, c=8, h=5, w=5, act="silu"), [(1, 8, 5, 5), (8,), (8,)],
          lambda x, a, b: F.silu(t(x) * t(a)[:, None, None] + t(b)[:, None, None])),
-        (W.attention(b=1, heads=2, s=12, d=64), [(2, 12, 64)] * 3, attention),
+        (families.attention(b=1, heads=2, s=12, d=64), [(2, 12, 64)] * 3, attention),
     ]
 
 
@@ -238,7 +249,7 @@ def test_the_newer_families_compute_what_pytorch_computes(case):
 
 
 def test_mlp_extraction_yields_four_weighted_tasks():
-    ws = W.extract_model_workloads("mlp")
+    ws = networks.extract_model_workloads("mlp")
     assert [w.params["task"] for w in ws] == ["fused_matmul1_add1", "fused_matmul_add_relu", "transpose", "transpose1"]
     assert all(w.family == f"model:mlp/{w.params['task']}" and w.weight == 1 and w.flops > 0 for w in ws)
     relu = W.lookup("mlp_fused_matmul_add_relu", ws)
@@ -248,7 +259,7 @@ def test_mlp_extraction_yields_four_weighted_tasks():
 
 
 def test_transformer_block_extraction_yields_many_tasks_with_repeats():
-    ws = W.extract_model_workloads("transformer_block", target="cpu")
+    ws = networks.extract_model_workloads("transformer_block", target="cpu")
     assert len(ws) >= 20 and len({w.key for w in ws}) == len(ws) == len({w.name for w in ws})
     assert any(w.weight > 1 for w in ws)  # the two layer norms share one task
     assert all(w.family.startswith("model:transformer_block/") and "main" in w.mod for w in ws)

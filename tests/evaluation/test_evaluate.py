@@ -12,9 +12,10 @@ from tvm.s_tir import Schedule
 from dragonlab.cli import main
 from dragonlab.core.codec import encode, to_plain
 from dragonlab.core.workloads import suite
-from dragonlab.evaluation.evaluate import OK, EvalConfig, Evaluation, Evaluator, evaluate_records
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import OK, Evaluation, Evaluator, evaluate_records
 from dragonlab.evaluation.reward import RewardConfig, reward
-from dragonlab.search.measure import MeasureConfig
+from dragonlab.search.config import MeasureConfig
 from dragonlab.search.records import RecordStore
 
 FP16_MATMUL = next(w for w in suite("quick") if w.family == "matmul" and w.dtype == "float16")
@@ -92,7 +93,8 @@ def test_a_reindex_buffer_type_that_aborts_tvm_is_refused(evaluator, records):
 def test_a_crash_in_a_worker_is_an_evaluation_and_the_next_one_works(records):
     """The worker really dies (SIGFPE inside TVM) when the host check is bypassed."""
     from dragonlab.evaluation import evaluate as ev_module
-    from dragonlab.evaluation.workers import Limits, Worker
+    from dragonlab.evaluation import replay
+    from dragonlab.evaluation.workers import Limits, Worker, WorkerError
 
     w, r = _matmul_record(records)
     bad = copy.deepcopy(r.trace)
@@ -100,10 +102,10 @@ def test_a_crash_in_a_worker_is_an_evaluation_and_the_next_one_works(records):
     tile[1] = [tile[1][0], 0, *tile[1][2:]]
     worker = Worker(Limits(timeout_sec=120))
     try:
-        job = (w.key, ev_module._module_json(w), {"kind": "llvm", "num-cores": 1}, bad,
+        job = (w.key, replay.module_json(w.mod), {"kind": "llvm", "num-cores": 1}, bad,
                {"checks": 1, "seed": 0, "nvcc": False}, "/tmp/dragonlab-never-written.so")
-        with pytest.raises(ev_module.WorkerError, match="SIGFPE") as info:
-            worker.call(ev_module.build_script, *job)
+        with pytest.raises(WorkerError, match="SIGFPE") as info:
+            worker.call(replay.build_script, *job)
         assert info.value.stage == "apply"
         assert ev_module._evaluation_of(w.key, "cpu", info.value).stage == "apply"
     finally:
@@ -255,7 +257,7 @@ def test_a_kernel_whose_timing_fails_is_correct_without_a_latency(records):
 _STAND_IN = """
 import json, sys
 from dragonlab.core import codec
-from dragonlab.evaluation.evaluate import _postprocs
+from dragonlab.evaluation.replay import target_postprocs
 from dragonlab.search.explore import design_spaces, tune_context
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import suite
@@ -266,7 +268,7 @@ def spaces():
     return [[codec.to_plain(s.trace) for s in design_spaces(w.mod, target)] for w in workloads]
 def postprocs():
     return [type(p).__name__ for p in tune_context(workloads[0].mod, target).space_generator.postprocs]
-stood_in = spaces(), postprocs(), [type(p).__name__ for p in _postprocs(target.config)]
+stood_in = spaces(), postprocs(), [type(p).__name__ for p in target_postprocs(target.config)]
 skipped = "tvm.s_tir.tensor_intrin" not in sys.modules
 import tvm.s_tir.tensor_intrin  # now every TuneContext has the real registry
 print(json.dumps({"skipped": skipped, "same spaces": stood_in[0] == spaces(), "same postprocs":
@@ -301,3 +303,34 @@ def test_a_verdict_does_not_depend_on_what_the_worker_evaluated_before(quick):
         after = ev.evaluate(w, "get PaddedInput\nloops b0 >4")
     assert first.stage == OK, first.reason
     assert after.stage == OK, after.reason
+
+
+def test_workers_run_the_replay_module_without_importing_the_parent_side():
+    """What the evaluator submits is pickled by reference: a worker imports it by module path,
+    dragonlab.evaluation.replay, and that import does not drag in the evaluator itself."""
+    import subprocess
+    import sys
+
+    from dragonlab.evaluation import evaluate, replay
+
+    for fn in (evaluate.build_script, evaluate.check_kernel, evaluate.build_reference, evaluate.time_kernel,
+               evaluate.prepare_worker):
+        assert fn.__module__ == "dragonlab.evaluation.replay" and getattr(replay, fn.__name__) is fn
+    parent = ("dragonlab.evaluation.evaluate", "dragonlab.search.measure")
+    probe = f"import sys, dragonlab.evaluation.replay\nprint(sorted(m for m in {parent!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]
+
+
+def test_an_exception_is_one_line_and_a_verdict_keeps_tvms_last_line():
+    from dragonlab.core.errors import one_line
+    from dragonlab.evaluation.replay import reason_of
+
+    tvm_like = RuntimeError("ScheduleError: in 'split'.\n\nThe IR with diagnostic is:\n  ...\n"
+                            "Error message: bad factor\n")
+    assert one_line(tvm_like) == "RuntimeError: ScheduleError: in 'split'."
+    assert one_line(tvm_like, last=True) == "RuntimeError: Error message: bad factor"
+    assert reason_of(tvm_like) == "Error message: bad factor"  # verdicts say no type, as before
+    assert one_line(KeyError()) == reason_of(KeyError()) == "KeyError"
+    assert one_line(ValueError("\n  first  \nsecond")) == "ValueError: first"
+    assert len(one_line(ValueError("x" * 1000))) == 300 and len(one_line(ValueError("x" * 1000), limit=20)) == 20

@@ -1,0 +1,134 @@
+"""Small PyTorch networks, and their MetaSchedule tuning tasks as workloads.
+
+`extract_model_workloads("resnet")` imports a network through Relax (torch.export, then TVM's
+legalisation) and returns each task MetaSchedule would tune, with the block names TVM's
+legalisation gives them and `weight` = how often the task occurs. `MODELS`: an MLP, a pre-LN
+transformer block (GPT-style), a CIFAR-sized ResNet and a small MobileNet. torch is imported only
+when a network is built.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+
+from dragonlab.core.errors import InputError
+from dragonlab.core.workload import Workload
+
+
+def _mlp():
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    return net, torch.randn(8, 64)
+
+
+def _transformer_block():
+    import torch
+
+    class Block(torch.nn.Module):
+        """Pre-LN transformer block: x + MHA(LN(x)), then x + FFN(LN(x)) with a GELU FFN."""
+
+        def __init__(self, d: int = 64, heads: int = 4):
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.attn = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+            self.ffn = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(approximate="tanh"),
+                                           torch.nn.Linear(4 * d, d))
+
+        def forward(self, x):  # x: (B, T, d)
+            h = self.ln1(x)
+            x = x + self.attn(h, h, h, need_weights=False)[0]
+            return x + self.ffn(self.ln2(x))
+
+    return Block(), torch.randn(1, 32, 64)
+
+
+def _resnet():
+    import torch
+    from torch import nn
+
+    def conv_bn(c: int, f: int, stride: int = 1, kernel: int = 3):
+        return [nn.Conv2d(c, f, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(f)]
+
+    class Basic(nn.Module):
+        """ResNet's basic block: two 3x3 conv-BN, a shortcut (1x1 conv-BN when the shape changes), ReLU."""
+
+        def __init__(self, c: int, f: int, stride: int):
+            super().__init__()
+            self.body = nn.Sequential(*conv_bn(c, f, stride), nn.ReLU(), *conv_bn(f, f))
+            self.short = nn.Sequential(*conv_bn(c, f, stride, 1)) if stride != 1 or c != f else nn.Identity()
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.short(x))
+
+    net = nn.Sequential(*conv_bn(3, 16), nn.ReLU(), Basic(16, 16, 1), Basic(16, 32, 2), Basic(32, 64, 2),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    return net, torch.randn(1, 3, 32, 32)  # CIFAR-sized ResNet
+
+
+def _mobilenet():
+    import torch
+    from torch import nn
+
+    def separable(c: int, f: int, stride: int):
+        """MobileNet's block: 3x3 depthwise conv-BN-ReLU6, then 1x1 pointwise conv-BN-ReLU6."""
+        return [nn.Conv2d(c, c, 3, stride, 1, groups=c, bias=False), nn.BatchNorm2d(c), nn.ReLU6(),
+                nn.Conv2d(c, f, 1, bias=False), nn.BatchNorm2d(f), nn.ReLU6()]
+
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6(),
+                        *separable(16, 32, 1), *separable(32, 64, 2), *separable(64, 64, 1),
+                        *separable(64, 128, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+    return net, torch.randn(1, 3, 64, 64)
+
+
+MODELS = {"mlp": _mlp, "transformer_block": _transformer_block, "resnet": _resnet, "mobilenet": _mobilenet}
+
+
+def extract_model_workloads(model: str = "mlp", *, target=None) -> list[Workload]:
+    """The MetaSchedule tuning tasks of a small PyTorch model, imported through Relax.
+
+    Parameters stay function inputs (keep_params_as_input), so weight transposes remain tasks of
+    their own, as they are when a model is compiled with its weights bound late. `target` is a
+    `tvm.target.Target`, a target dict, or a dragonlab target name; llvm with 2 cores by default.
+    Workloads are sorted by task name; `weight` is how often the task occurs in the model.
+    """
+    import torch
+    import tvm.s_tir.meta_schedule as ms
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    from dragonlab.core.targets import get_target
+
+    if model not in MODELS:
+        raise InputError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")
+    if target is None:
+        target = {"kind": "llvm", "num-cores": 2}
+    target = get_target(target).tvm() if isinstance(target, str) else tvm.target.Target(target)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # export is tracing, not compute; don't fight the tuner for cores
+    try:
+        torch.manual_seed(0)
+        net, example = MODELS[model]()
+        program = torch.export.export(net.eval(), (example,))
+    finally:
+        torch.set_num_threads(threads)
+    mod, _ = relax.frontend.detach_params(from_exported_program(program, keep_params_as_input=True))
+    with target:
+        mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
+                                        relax.transform.CanonicalizeBindings(), relax.get_pipeline("zero")])(mod)
+
+    workloads = []
+    for task in sorted(ms.relax_integration.extract_tasks(mod, target), key=lambda t: t.task_name):
+        prim_mod = task.dispatched[0]
+        args = ms.arg_info.ArgInfo.from_prim_func(prim_mod["main"])
+        shapes = " ".join(f"{a.dtype}{list(map(int, a.shape))}" for a in args)
+        # Layout tasks (transpose, reshape) do no arithmetic: count one op per output element.
+        flops = max(int(estimate_tir_flops(prim_mod)), math.prod(int(s) for s in args[-1].shape))
+        workloads.append(Workload(f"{model}_{task.task_name}", f"model:{model}/{task.task_name}",
+                                  {"model": model, "task": task.task_name, "args": shapes},
+                                  str(args[-1].dtype), flops, prim_mod, int(task.weight)))
+    return workloads
