@@ -1,20 +1,34 @@
 """Constrained decoding: real scripts always pass, broken ones never do, and a model's output under
 constraints always decodes and applies, whatever the model."""
 
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
-import trace_corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dragonlab.testing import trace_corpus
 from dragonlab.core import codec
+from dragonlab.testing import trace_corpus
 from dragonlab.core.errors import InputError
+from dragonlab.testing import trace_corpus
 from dragonlab.evaluation.evaluate import Evaluator
+from dragonlab.testing import trace_corpus
+from dragonlab.evaluation.workers import Limits
+from dragonlab.testing import trace_corpus
 from dragonlab.learn import dataset, models
+from dragonlab.testing import trace_corpus
 from dragonlab.learn.attempts import sample_and_evaluate, summary
-from dragonlab.learn.constrain import Replayer, ScriptConstraint, ScriptFollower, _tile_ok, choose, for_rows
+from dragonlab.testing import trace_corpus
+from dragonlab.learn.constrain import ScriptConstraint, choose, for_rows
+from dragonlab.testing import trace_corpus
+from dragonlab.learn.schedule_oracle import Replayer, tile_ok
+from dragonlab.testing import trace_corpus
+from dragonlab.learn.script_follower import ScriptFollower
 
 
 def feed(follower: ScriptFollower, script: str) -> str | None:
@@ -36,7 +50,9 @@ def test_scripts_that_search_wrote_are_never_refused(corpus, data):
     cases = [(s.name, s.mod, codec.encode(s.trace), s.target) for s in corpus if s.source == "post"]
     cases += [(r["name"], workloads[r["workload"]].mod, text, "llvm") for r in dsd["train"]
               for text in (r["completion"], r["input_script"]) if text]
-    replayer = Replayer()
+    # The first tensorize imports TVM's tensor intrinsics in the worker: about 180 s on a loaded
+    # 2-core machine, past the default 180 s limit, which would count as a refusal.
+    replayer = Replayer(Limits(timeout_sec=900.0, memory_bytes=4 << 30))
     try:
         for name, mod, script, target_kind in cases:
             follower = ScriptFollower(mod, replayer, target_kind=target_kind)
@@ -91,7 +107,7 @@ def test_follower_allows_what_can_still_apply(matmul_follower, piece):
 
 
 def test_a_compute_location_is_one_tvm_keeps():
-    follower = ScriptFollower(trace_corpus._matmul_bias_relu(64))
+    follower = ScriptFollower(trace_corpus.matmul_bias_relu(64))
     assert feed(follower, "get D") is None
     valid = follower._valid_locations(follower.state, "b0")
     assert -1 in valid and -2 in valid  # inline and root are always there for an elementwise block
@@ -106,7 +122,7 @@ def test_a_compute_location_is_one_tvm_keeps():
 def test_a_tile_prefix_that_is_allowed_can_always_be_finished(extent, n, inner, text):
     """No dead ends: an allowed prefix can be finished into a closed, allowed decision."""
     prefix = "[" + text
-    if _tile_ok(prefix, extent, n, inner):
+    if tile_ok(prefix, extent, n, inner):
         assert _finishable(prefix, extent, n, inner, len(prefix) + 24), prefix
 
 
@@ -114,7 +130,7 @@ def _finishable(prefix, extent, n, inner, limit) -> bool:
     if prefix.endswith("]"):
         return True
     return len(prefix) < limit and any(_finishable(prefix + c, extent, n, inner, limit)
-                                       for c in "]1248,3567890" if _tile_ok(prefix + c, extent, n, inner))
+                                       for c in "]1248,3567890" if tile_ok(prefix + c, extent, n, inner))
 
 
 def test_constrained_generation_from_an_untrained_model_decodes_and_applies(tiny, data):
@@ -198,3 +214,11 @@ def test_sampling_draws_from_the_models_distribution_restricted_to_legal_tokens(
     assert choose(scores, {3}.__contains__, greedy=False, top_p=0.5) == 3  # none legal in it: the best of the rest
     assert choose(scores, lambda token: False, greedy=False) is None
     assert choose(scores, lambda token: False, greedy=True) is None
+
+
+def test_training_modules_import_no_tvm():
+    """sft and rl import the constraint only when they generate with it: TVM stays out until then."""
+    root = str(Path(codec.__file__).parents[2])  # this checkout, whatever is installed
+    code = f"import sys; sys.path.insert(0, {root!r}); import dragonlab.learn.sft, dragonlab.learn.rl; " \
+           "assert 'tvm' not in sys.modules, 'importing sft or rl imported TVM'"
+    subprocess.run([sys.executable, "-c", code], check=True)

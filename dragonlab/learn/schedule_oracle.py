@@ -1,0 +1,311 @@
+"""The schedule oracle: what the schedule of a script prefix permits next.
+
+Contract: given a workload's IRModule and a prefix of a script (plain instructions and
+decisions, as `codec.apply` takes them), `Replayer` applies the prefix in a sandboxed worker
+process (`dragonlab.evaluation.workers`) and answers, as plain data, what the checks of
+constrained decoding ask of the live schedule, never touching TVM in the caller:
+
+- `Replayer.facts`: the variables still usable, by kind (block, loop, expression, compute
+  location), their annotations, loop extents, the blocks and functions of the module, and the
+  decision TVM kept for the last instruction (None if the prefix does not apply);
+- `Replayer.counts`: how many outputs a query (`get_loops`, ...) gives for each live variable;
+- `Replayer.try_lines`: whether each of several candidate instructions applies after the prefix.
+
+A crash or a timeout in the worker means "does not apply" (`Replayer.crashes` counts them).
+`State` is the caller's view of one prefix's facts; `TAKES` says what kind of variable each
+argument of an instruction may name, in `State.usable`'s letters; `tile_ok` says whether a text
+begins a perfect-tile decision that TVM keeps for a loop's extent. `facts`, `counts` and
+`try_lines` are the functions the worker runs (module-level so it imports them by reference).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import OrderedDict
+
+from dragonlab.core.codec import apply, plain_value
+from dragonlab.evaluation.replay import module_json, worker_module
+from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerError
+
+# What each argument of an instruction may name, one letter per parameter in script order:
+# b a block, l a loop, v an expression (a sampled value), x a block or a loop, @ a loop or a
+# compute location (`loc`'s output, which may be the inline or root marker), . anything live.
+TAKES = {
+    "get": "..", "loops": "b", "children": "x", "producers": "b", "consumers": "b", "output_blocks": "b",
+    "tile": "l..", "ptile": "l...", "cat": "..", "loc": "b", "split": "lv..", "partition": "lv.",
+    "fuse": "l.", "merge": "l", "reorder": "l", "unit_loop": "x", "par": "l", "vec": "l", "unroll": "l",
+    "bind": "l.", "ann": "x.v", "unann": "x.", "cache_read": "b..b", "cache_write": "b..b",
+    "cache_inplace": "b..", "cache_index": "b..", "reindex_read": "b...", "reindex_write": "b...",
+    "reindex": "b..", "read_at": "lb..", "write_at": "lb..", "set_scope": "b..", "align": "b....",
+    "set_dtype": "b..", "at": "b@..", "rev_at": "b@..", "inline": "b", "rev_inline": "b",
+    "fuse_epilogue": "bb", "decomp": "bl", "decomp_padding": "bl", "rfactor": "l.", "blockize": "x.",
+    "tensorize": "x..", "layout": "b.....", "block_layout": "b.", "pad_einsum": "b.", "rolling_buffer": "b.",
+    "reorder_iters": "b.", "ann_access": "b...", "hide_access": "b..", "postproc": "",
+}
+
+_MODULES: dict = {}  # in a worker: key -> the module's JSON, loaded afresh for every replay
+# (TVM can change a module in place through a schedule made from it: replay.worker_module)
+_SCHEDULES: OrderedDict = OrderedDict()  # in a worker: the last prefixes replayed, and their schedules
+_KEEP = 32
+
+
+def _module(key: str, mod_json: str | None):
+    if key not in _MODULES:
+        if mod_json is None:
+            raise LookupError(f"module {key} is not loaded")
+        _MODULES[key] = mod_json
+    return worker_module(key, _MODULES[key])
+
+
+def _replayed(key: str, mod_json: str | None, plain: list, *, fresh: bool = False):
+    """The schedule of `plain` applied to the module, and its variables by name (the outputs of
+    `loc` excepted: they may be the inline/root markers, which only a replay understands).
+    The last few are kept: a line's look-ahead and its output counts use the replay of its
+    facts. `fresh`: replay anyway (the look-ahead applies primitives to copies of a kept
+    schedule, and TVM schedules have changed what they were made from before)."""
+    ident = (key, json.dumps(plain))
+    if ident in _SCHEDULES and not fresh:
+        _SCHEDULES.move_to_end(ident)
+        return _SCHEDULES[ident]
+    sch = apply(plain, _module(key, mod_json))
+    if len(sch.trace.insts) != len(plain[0]):
+        raise ValueError("the schedule's trace does not match the script")
+    names = {n: rv for inst, live in zip(plain[0], sch.trace.insts) for n, rv in zip(inst[3], live.outputs)
+             if inst[0] != "SampleComputeLocation"}
+    _SCHEDULES.pop(ident, None)
+    _SCHEDULES[ident] = sch, names  # the newest
+    while len(_SCHEDULES) > _KEEP:
+        _SCHEDULES.popitem(last=False)
+    return sch, names
+
+
+def facts(key: str, mod_json: str | None, plain: list, *, progress=None) -> dict:
+    """Run in a worker process: apply `plain` to the module and return, as plain data,
+    everything the checks ask of the schedule but the output counts (`counts`: only lines
+    that query them need them). A primitive on an odd argument can crash TVM, as `children`
+    of a compute-location marker does, so none of this runs in the caller."""
+    from tvm.s_tir.schedule import LoopRV, SBlockRV, _ffi_api
+    from tvm.s_tir.stmt import SBlock
+    from tvm.tirx import IntImm
+
+    insts = plain[0]
+    sch, _ = _replayed(key, mod_json, plain, fresh=True)
+    trace = sch.trace
+    out = {"usable": {k: [] for k in "blv@"}, "annotations": {}, "extents": {}}
+    for inst, applied in zip(insts, trace.insts):
+        for name, rv in zip(inst[3], applied.outputs):
+            kind = "b" if isinstance(rv, SBlockRV) else "l" if isinstance(rv, LoopRV) else "v"
+            if inst[0] == "SampleComputeLocation":
+                out["usable"]["@"].append(name)  # a loop, or the inline/root marker: only `at` takes it
+            if kind == "v":
+                out["usable"]["v"].append(name)
+                continue
+            try:
+                node = _ffi_api.ScheduleGet(sch, rv)  # Schedule.get without its (10x slower) type checks
+            except Exception:  # a block or loop that is gone
+                continue
+            out["usable"][kind].append(name)
+            out["annotations"][name] = sorted(str(k) for k in node.annotations)
+            if kind == "l":
+                out["extents"][name] = int(node.extent.value) if isinstance(node.extent, IntImm) else None
+    blocks, stack = set(), [func.body for func in sch.mod.functions.values()]
+    while stack:  # every statement that holds others keeps them in one of these fields
+        node = stack.pop()
+        if isinstance(node, SBlock):
+            blocks.add(node.name_hint)
+        for field in ("body", "seq", "block", "init", "then_case", "else_case"):
+            child = getattr(node, field, None)
+            if child is not None:
+                stack.extend(child) if field == "seq" else stack.append(child)
+    out["blocks"] = sorted(blocks)
+    out["functions"] = sorted(gv.name_hint for gv in sch.mod.functions)
+    last = trace.get_decision(trace.insts[-1]) if insts else None
+    out["decision"] = None if last is None else plain_value(last)
+    return out
+
+
+def counts(key: str, mod_json: str | None, plain: list, method: str, *, progress=None) -> dict[str, int]:
+    """Run in a worker: how many outputs the Schedule query `method` (get_loops, ...) gives for
+    each live variable after `plain` that it takes (blocks; loops too for get_child_blocks)."""
+    from tvm.s_tir.schedule import LoopRV, SBlockRV, _ffi_api
+
+    sch, names = _replayed(key, mod_json, plain)
+    query = sch.copy()  # a query adds to a schedule's trace
+    ffi = getattr(_ffi_api, "Schedule" + method.title().replace("_", ""))  # Get...: no type checks
+    out = {}
+    for name, rv in names.items():
+        if isinstance(rv, SBlockRV) or method == "get_child_blocks" and isinstance(rv, LoopRV):
+            try:
+                out[name] = len(ffi(query, rv))
+            except Exception:  # gone
+                pass
+    return out
+
+
+# The primitives a look-ahead tries most, applied directly to a copy of the schedule (a replay of
+# the whole script per candidate costs 100x more). Others are replayed. inputs/attrs: TVM's.
+_DIRECT = {
+    "ComputeInline": lambda s, i, a: s.compute_inline(i[0]),
+    "ReverseComputeInline": lambda s, i, a: s.reverse_compute_inline(i[0]),
+    "Parallel": lambda s, i, a: s.parallel(i[0]),
+    "Vectorize": lambda s, i, a: s.vectorize(i[0]),
+    "Unroll": lambda s, i, a: s.unroll(i[0]),
+    "ComputeAt": lambda s, i, a: s.compute_at(i[0], i[1], preserve_unit_loops=bool(a[0]), index=a[1]),
+    "ReverseComputeAt": lambda s, i, a: s.reverse_compute_at(i[0], i[1], preserve_unit_loops=bool(a[0]),
+                                                             index=a[1]),
+    "DecomposeReduction": lambda s, i, a: s.decompose_reduction(i[0], i[1]),
+}
+
+
+def try_lines(key: str, mod_json: str | None, plain: list, insts: list, *, progress=None) -> list[bool]:
+    """Run in a worker: whether each instruction applies after the script `plain`."""
+    sch, names = _replayed(key, mod_json, plain)
+    out = []
+    for inst in insts:
+        kind, inputs, attrs, _ = inst
+        try:
+            if kind in _DIRECT and all(isinstance(v, str) and v in names for v in inputs):
+                _DIRECT[kind](sch.copy(), [names[v] for v in inputs], attrs)
+            else:
+                apply([plain[0] + [inst], plain[1]], _module(key, None))
+            out.append(True)
+        except Exception:
+            out.append(False)
+    return out
+
+
+class Replayer:
+    """Applies scripts to a workload in a worker process (dragonlab.evaluation.workers) and caches what it
+    learns. A crash or a timeout there means the script does not apply; `crashes` counts them."""
+
+    # A first tensorize imports TVM's tensor intrinsics: 20 s on an idle 2-core machine, over 60 s on a busy one.
+    def __init__(self, limits: Limits = Limits(timeout_sec=180.0, memory_bytes=4 << 30)):
+        self.worker = Worker(limits)
+        self.crashes = 0
+        self._json: dict = {}
+        self._pid, self._sent = None, set()  # which modules the worker holds
+
+    def facts(self, mod, plain: list) -> dict | None:
+        return self._call(facts, mod, plain)
+
+    def counts(self, mod, plain: list, method: str) -> dict[str, int]:
+        """How many outputs the query `method` gives for each live variable after `plain`."""
+        return self._call(counts, mod, plain, method) or {}
+
+    def try_lines(self, mod, plain: list, insts: list) -> list[bool]:
+        """Whether each instruction applies after `plain` (all False if the worker dies)."""
+        result = self._call(try_lines, mod, plain, insts)
+        return result if result is not None else [False] * len(insts)
+
+    def _call(self, fn, mod, *args):
+        key = str(id(mod))
+        if key not in self._json:
+            self._json[key] = (mod, module_json(mod))  # the module is kept so its id stays unique
+        pid = self.worker.pid
+        if pid != self._pid:  # a fresh worker (or a restarted one) has no modules yet
+            self._pid, self._sent = pid, set()
+        try:
+            result = self.worker.call(fn, key, None if key in self._sent else self._json[key][1], *args)
+            self._sent.add(key)
+            return result
+        except RemoteError as e:
+            if "is not loaded" in str(e):  # the worker was restarted between the calls
+                self._pid = None
+                return self._call(fn, mod, *args)
+            return None  # TVM refused the script: it does not apply
+        except WorkerError:
+            self.crashes += 1
+            return None
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+class State:
+    """The complete lines so far, applied (in the worker): what each variable names there."""
+
+    _serials = itertools.count()
+
+    def __init__(self, insts: list, decisions: list, facts: dict, counts=None):
+        """`counts(method)`: the output counts of a query for every variable, asked when needed."""
+        self.insts, self.decisions, self.facts = insts, decisions, facts
+        self._count, self._counts = counts, {}
+        self.serial = next(self._serials)
+        self.defined = {name for inst in insts for name in inst[3]}
+        self.count = sum(len(inst[3]) for inst in insts)
+        self.usable = {k: set(v) for k, v in facts["usable"].items()}
+        self.usable["x"] = self.usable["b"] | self.usable["l"]
+        self.usable["@"] |= self.usable["l"]
+        self.usable["."] = set().union(*self.usable.values())
+        self.annotated = {n for n, keys in facts["annotations"].items() if keys}
+        self._blocks, self._functions = set(facts["blocks"]), set(facts["functions"])
+
+    def blocks(self) -> set[str]:
+        return self._blocks
+
+    def functions(self) -> set[str]:
+        return self._functions
+
+    def annotations(self, name: str) -> set[str]:
+        return set(self.facts["annotations"].get(name, ()))
+
+    def extent(self, loop: str) -> int | None:
+        return self.facts["extents"].get(loop)
+
+    def query(self, method: str, name: str) -> int | None:
+        """How many outputs `method` (a Schedule method) gives for variable `name`."""
+        if method not in self._counts:
+            self._counts[method] = self._count(method) if self._count else {}
+        return self._counts[method].get(name)
+
+
+def tile_ok(text: str, extent: int, n: int | None, inner: int) -> bool:
+    """Whether `text` begins a legal perfect-tile decision `[f1,...,fn]` of a loop of `extent`:
+    every factor divides what is left, the product is the extent, the innermost is at most
+    `inner` (when positive), at least two factors, and exactly `n` when `n` is given."""
+    if not text.startswith("["):
+        return text == ""
+    closed = text.endswith("]")
+    items = text[1:-1 if closed else None].split(",")
+    if not all(s.isdigit() and not s.startswith("0") for s in items[:-1]):
+        return False
+    left = extent
+    for s in items[:-1]:
+        f = int(s)
+        if left % f:
+            return False
+        left //= f
+    last = items[-1]
+    done = len(items) - 1  # complete factors before the last item
+
+    def feasible(rest: int, slots: int | None) -> bool:
+        """Can `slots` more factors (None: any number, at least one) multiply to `rest`?"""
+        if slots is None:
+            return True  # rest, then 1s if the innermost must be small
+        if slots == 0:
+            return rest == 1
+        return slots >= 2 or inner <= 0 or rest <= inner
+
+    if closed:
+        if not (last.isdigit() and not last.startswith("0")) or left % int(last):
+            return False
+        k = done + 1
+        return left == int(last) and k >= 2 and (n is None or k == n) and (inner <= 0 or int(last) <= inner)
+    if last and not last.isdigit():
+        return False
+    slots = None if n is None else n - done  # factors still to write, the one being written included
+    if slots is not None and slots < 1:
+        return False
+    for q in _divisors(left):
+        if str(q).startswith(last) and feasible(left // q, None if slots is None else slots - 1):
+            if slots == 1 and inner > 0 and q > inner:
+                continue
+            return True
+    return False
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]

@@ -1,0 +1,383 @@
+"""The script follower: tracks one script as a model writes it, and says what may come next.
+
+Contract: `ScriptFollower(mod, replayer)` follows a script for the workload `mod` piece by
+piece. `allows(piece)` is true only if the text stays on track (below); `advance(piece)` writes
+a piece it allowed; `can_end()` says whether the script may end here; `end(how)` ends it, and
+`script()` is then its complete lines: a script that decodes, applies to `mod` and keeps every
+decision as written. Each complete line is applied through a `schedule_oracle.Replayer` (shared
+by followers, or a private one), which keeps the facts of the live schedule. A piece is allowed
+only if:
+
+- the open line can still become a line of the grammar (codec.LineReader);
+- every variable it names is defined, still exists in the schedule (a loop that was split does
+  not) and is of the kind the argument takes: block, loop or expression (`schedule_oracle.TAKES`);
+- decisions are legal: a tile's factors divide the loop's extent, multiply to it, and the
+  innermost is at most `max_innermost_factor`; a categorical index is in range; a compute
+  location is one that TVM offers for the block (and `loc` names only blocks that have one);
+  an output count `>N` is the true count;
+- fuse, reorder and merge name each loop once;
+- a line ends (a newline or the end of the script) only if it applies to the live schedule and
+  TVM keeps its decision as written (no silent repair).
+
+The checks look ahead far enough that a legal prefix of a tile or a count can always be
+finished. What they cannot foresee (a primitive that rejects its arguments only once the line
+is complete) can leave nothing to continue with: a *dead end* (`dead_end`, set by the caller).
+Only printable ASCII and newlines (`PRINTABLE`) can be written, in lines of at most `MAX_LINE`
+characters.
+"""
+
+from __future__ import annotations
+
+from dragonlab.core.allowlist import ANNOTATIONS, POSTPROC_ANNOTATIONS, refusal
+from dragonlab.core.codec import BY_MNEMONIC, KEY_ALIASES, LineReader, ScriptSyntaxError
+from dragonlab.learn.schedule_oracle import TAKES, Replayer, State, tile_ok
+
+_SAMPLING = {"tile", "ptile", "cat", "loc"}  # the kinds that carry a decision
+# Kinds whose output count depends on the workload, and how to count on a copy of the schedule.
+_COUNTS = {"loops": "get_loops", "children": "get_child_blocks", "producers": "get_producers",
+           "consumers": "get_consumers", "output_blocks": "get_output_blocks"}
+PRINTABLE = {chr(c) for c in range(0x20, 0x7F)} | {"\n"}
+# The longest line a constrained script may have. The longest in the quick dataset is 129
+# characters (a layout with its index map); without a bound a model can extend a list or a
+# `reorder` without end, and each check re-reads the whole open line.
+MAX_LINE = 512
+# The annotation keys a constrained `ann` may write: those MetaSchedule writes in a design part,
+# which are the ones the evaluator accepts (an `unann` may only remove one that is there).
+# Free-form keys would also let a model write words without end.
+_KEYS = set(ANNOTATIONS) | set(POSTPROC_ANNOTATIONS)  # the latter only after postproc (the allowlist says where)
+_SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
+
+
+class _Reader(LineReader):
+    def __init__(self, state: State):
+        super().__init__((), state.count)
+        self.defined = state.defined  # shared, not copied: a reader per candidate token, and none commits
+        self.state = state
+
+    def names(self):
+        if self.kind is None or self.param is None:
+            return self.defined
+        takes = TAKES[self.kind.mnemonic]
+        if self.kind.mnemonic == "unann" and self.param == 0:
+            return self.state.annotated  # only what has an annotation to remove
+        return self.state.usable[takes[self.param]] if self.param < len(takes) else self.defined
+
+
+class ScriptFollower:
+    """Follows one script as it is written; `allows(piece)` says whether `piece` may come next."""
+
+    def __init__(self, mod, replayer: Replayer | None = None, *, target_kind: str = "llvm"):
+        """`replayer`: the worker to apply lines in, shared by followers (a private one if None);
+        `target_kind`: TVM's kind of the target the script is for, whose allowlist it keeps."""
+        self.mod, self.target_kind = mod, target_kind
+        self.replayer = replayer or Replayer()
+        self.state = self._state([], [])
+        if self.state is None:
+            raise ValueError("the workload has no schedule to follow (applying nothing failed)")
+        self.lines: list[str] = []
+        self.open = ""  # the line being written
+        self.ending: str | None = None  # "eos", "dead end" or "length" once it has ended
+        self.dead_end = False
+        self._after_cache: dict = {}
+        self._readers: dict = {}
+        self._locations: dict = {}
+        self._starts: dict = {}
+        self._applies_cache: dict = {}
+
+    def allows(self, piece: str) -> bool:
+        if not piece or not set(piece) <= PRINTABLE:
+            return False
+        state, line = self.state, self.open
+        *complete, rest = piece.split("\n")
+        for segment in complete:
+            state = self._after(state, line + segment)
+            if state is None:
+                return False
+            line = ""
+        return len(line + rest) <= MAX_LINE and self._viable(state, line + rest)
+
+    def advance(self, piece: str) -> None:
+        """Write `piece` (which `allows` accepted)."""
+        *complete, rest = piece.split("\n")
+        for segment in complete:
+            line = self.open + segment
+            state = self._after(self.state, line)
+            if state is None:
+                raise ValueError(f"line {len(self.lines) + 1} does not apply: {line!r}")
+            self.state, self.open = state, ""
+            self.lines.append(line)
+        self.open += rest
+
+    def can_end(self) -> bool:
+        return self.open == "" or self._after(self.state, self.open) is not None
+
+    def end(self, how: str) -> None:
+        """The script ended: "eos" (the model ended it), "dead end" or "length"."""
+        if self.ending is None:
+            self.ending = "dead end" if self.dead_end else how
+            if self.open and self._after(self.state, self.open) is not None:
+                self.lines.append(self.open)  # a complete last line without a newline
+            self.open = ""
+
+    def script(self) -> str:
+        """The complete lines written so far: a script that decodes and applies."""
+        return "\n".join(self.lines)
+
+    def _reader(self, state: State) -> _Reader:
+        if state.serial not in self._readers:
+            self._readers[state.serial] = _Reader(state)
+        return self._readers[state.serial]
+
+    def _after(self, state: State, line: str) -> State | None:
+        """The state after the complete `line`, or None if it does not decode, apply or keep
+        its decision."""
+        key = (state.serial, line)
+        if key not in self._after_cache:
+            # the checks of an open line hold for a complete one too
+            self._after_cache[key] = self._apply_line(state, line) if self._viable(state, line, complete=True) else None
+        return self._after_cache[key]
+
+    def _apply_line(self, state: State, line: str) -> State | None:
+        reader = self._reader(state)
+        try:
+            inst, decision = reader.read(line, open_end=False)
+        except ScriptSyntaxError:
+            return None
+        index = len(state.insts)
+        decisions = state.decisions + ([[index, decision]] if decision != () else [])
+        after = self._state(state.insts + [inst], decisions)
+        return after if after is not None and after.facts["decision"] == (None if decision == () else decision) \
+            else None
+
+    def _state(self, insts: list, decisions: list) -> State | None:
+        plain = [insts, decisions]
+        if refusal(plain, self.target_kind):  # the evaluator refuses these unapplied
+            return None
+        facts = self.replayer.facts(self.mod, plain)
+        return None if facts is None else \
+            State(insts, decisions, facts, lambda method: self.replayer.counts(self.mod, plain, method))
+
+    def _viable(self, state: State, line: str, *, complete: bool = False) -> bool:
+        """Whether the open `line` can still be completed into one that applies. `complete`:
+        the line ends here (and will be applied), so only the checks of what it holds count."""
+        if line == "":
+            return True
+        reader = _Reader(state)  # its own: the checks below read other lines
+        try:
+            reader.read(line, open_end=True)
+        except ScriptSyntaxError:
+            return False
+        kind = reader.kind
+        if kind is None or line == kind.mnemonic:  # the mnemonic is being written
+            word = line.split(" ")[0]
+            return complete or any(self._can_start(state, m) for m in BY_MNEMONIC if m.startswith(word))
+        open_value = reader.written - 1 if reader.value_end == len(line) else None
+        if not self._values_ok(state, kind, reader.values[:reader.written], open_value):
+            return False
+        if not complete and line.endswith(" ") and not self._more_can_follow(state, kind, reader):
+            return False
+        if kind.mnemonic in ("fuse", "reorder", "merge") and self._names_repeat(state, line, complete):
+            return False
+        in_arguments = reader.decision_at is None and reader.outputs_at is None
+        if not complete and in_arguments:  # the argument being written: can some variable there make it apply?
+            k = reader.written if line.endswith(" ") else open_value if open_value is not None else \
+                reader.param if reader.param == reader.written else None
+            if k is not None and k == reader.param and not line.endswith(" ") \
+                    and not _starts_like("key" if kind.mnemonic == "get" else kind.params[k].type,  # block names
+                                         line[reader.value_start:reader.value_start + 1]):
+                return False
+            if k is not None and k < len(kind.params) and self._deciding(kind, k):
+                head, _, typed = line.rpartition(" ")
+                if not self._some_completion_applies(state, kind, k, head, typed):
+                    return False
+            if kind.mnemonic == "loc" and k == 0:  # a block with somewhere to go (the root block has none)
+                typed = "" if line.endswith(" ") else line.rpartition(" ")[2]
+                if not any(self._valid_locations(state, b) for b in state.usable["b"] if b.startswith(typed)):
+                    return False
+            if kind.mnemonic == "loc" and reader.written == 1 and line.endswith(" ") \
+                    and not self._valid_locations(state, reader.values[0]):
+                return False
+        if reader.decision_at is not None:
+            if kind.mnemonic not in _SAMPLING:
+                return False
+            end = reader.outputs_at - 2 if reader.outputs_at is not None else len(line)
+            if not self._decision_ok(state, kind.mnemonic, reader.values, line[reader.decision_at:end]):
+                return False
+        if reader.outputs_at is not None:
+            return self._count_ok(state, kind.mnemonic, reader.values, line[reader.outputs_at:])
+        return True
+
+    @staticmethod
+    def _names_repeat(state: State, line: str, complete: bool) -> bool:
+        """fuse, reorder and merge take each loop once (TVM refuses a repeat): whether the
+        names of `line` repeat one, not counting a last name that may still grow into another."""
+        reader = _Reader(state)
+        try:
+            reader.read(line.removesuffix(" "), open_end=not complete)
+        except ScriptSyntaxError:
+            return False
+        names = reader.values[0] if reader.values and isinstance(reader.values[0], list) else []
+        if names and not complete and not line.endswith(" ") \
+                and any(n.startswith(names[-1]) and n != names[-1] for n in state.usable["l"]):
+            names = names[:-1]
+        return len(set(names)) < len(names)
+
+    @staticmethod
+    def _more_can_follow(state: State, kind, reader) -> bool:
+        """After a line's trailing ' ': another argument, a decision or an output count."""
+        if reader.decision_at is not None or reader.outputs_at is not None:
+            return False  # nothing follows them but ' >N'
+        params = kind.params
+        if reader.written < len(params) or kind.mnemonic in _SAMPLING \
+                or reader.written and params[reader.written - 1].index is None:
+            return True
+        if kind.mnemonic in _COUNTS:
+            return state.query(_COUNTS[kind.mnemonic], reader.values[0]) != 0
+        return kind.count == "*"  # a count that only applying tells (cache_index, cache_inplace)
+
+    @staticmethod
+    def _variables_left(kind, k: int) -> int | None:
+        """If parameter k and at most one after it are variables that the line needs, and the
+        rest have defaults, how many such variables (1 or 2); else None. Then whether the line
+        can apply is decided by those variables alone, so it can be checked by trying them."""
+        params = kind.params
+        if kind.mnemonic in _SAMPLING or k >= len(params):
+            return None
+        needed = [p for p in params[k:] if p.default == ()]
+        if params[k].type != "rv" or params[k].index is None or len(needed) > 2:
+            return None
+        if any(p.type != "rv" or p.index is None for p in needed[1:]):
+            return None
+        return max(1, len(needed))
+
+    def _deciding(self, kind, k: int) -> bool:
+        return self._variables_left(kind, k) is not None
+
+    def _can_start(self, state: State, mnemonic: str) -> bool:
+        """Whether a line of `mnemonic` can apply at all, when its variables decide it."""
+        key = (state.serial, mnemonic)
+        if key not in self._starts:
+            kind, takes = BY_MNEMONIC[mnemonic], TAKES[mnemonic]
+            first = state.annotated if mnemonic == "unann" else state.usable[takes[0]] if takes else ()
+            if kind.params and kind.params[0].type == "rv" and not first:
+                self._starts[key] = False  # nothing it could name
+            elif mnemonic == "loc":
+                self._starts[key] = any(self._valid_locations(state, b) for b in first)
+            else:
+                self._starts[key] = not kind.params or not self._deciding(kind, 0) \
+                    or self._some_completion_applies(state, kind, 0, mnemonic, "")
+        return self._starts[key]
+
+    def _some_completion_applies(self, state: State, kind, k: int, head: str, typed: str,
+                                 budget: int = 64) -> bool:
+        """`head` is a line up to parameter k, a variable which `typed` begins, and after which
+        at most one more variable is needed: some choice of them must make the line apply
+        (`inline b` must not become `inline b0` if b0 cannot be inlined). After `budget`
+        failed tries it gives up and says yes: the check is to avoid dead ends, not to be one."""
+        takes, mnemonic = TAKES[kind.mnemonic], kind.mnemonic
+        newest_first = lambda names: sorted(names, key=lambda n: (len(n), n), reverse=True)  # noqa: E731
+        first = newest_first(n for n in state.usable[takes[k]] if n.startswith(typed))
+        if mnemonic in _COUNTS:  # a count query on a live variable always applies with its true count
+            return any(state.query(_COUNTS[mnemonic], a) is not None for a in first)
+        second = newest_first(state.usable[takes[k + 1]]) if self._variables_left(kind, k) == 2 else [None]
+        lines = [f"{head} {a}" + (f" {b}" if b else "") for a in first for b in second]
+        return any(self._applies(state, lines[:budget])) or len(lines) > budget
+
+    def _applies(self, state: State, lines: list[str]) -> list[bool]:
+        """Whether each complete line applies after `state`, tried together in the worker (the
+        full check of a line the model writes is `_after`; this one is for looking ahead)."""
+        todo = [line for line in lines if (state.serial, line) not in self._applies_cache]
+        insts = []
+        for line in todo:
+            try:
+                inst, decision = self._reader(state).read(line, open_end=False)
+            except ScriptSyntaxError:
+                inst = None
+            insts.append(inst)
+        if any(insts):
+            results = self.replayer.try_lines(self.mod, [state.insts, state.decisions], [i for i in insts if i])
+            verdicts = iter(results)
+            for line, inst in zip(todo, insts):
+                self._applies_cache[(state.serial, line)] = bool(inst) and next(verdicts)
+        return [self._applies_cache.get((state.serial, line), False) for line in lines]
+
+    def _values_ok(self, state: State, kind, values: list, open_value: int | None) -> bool:
+        """Written attributes of the type their parameter takes; `get` names a block of the
+        schedule. `open_value`: the index of a value that ends the text so far (it may grow)."""
+        for k, (p, v) in enumerate(zip(kind.params, values)):
+            if p.index is None:
+                continue
+            if p.type == "int" and not (type(v) is int):
+                return False
+            if p.type == "bool" and not isinstance(v, bool):
+                return False
+            if p.type in ("str", "key", "thread") and not isinstance(v, str):
+                return False
+            if p.type == "key":
+                keys = state.annotations(values[0]) if kind.mnemonic == "unann" else _KEYS
+                spellings = {_SPELLINGS.get(key, key) for key in keys}
+                if not (v in keys or k == open_value and any(sp.startswith(v) for sp in spellings)):
+                    return False
+            if kind.mnemonic == "get":
+                valid = state.blocks() if k == 0 else state.functions()
+                if not (any(b.startswith(v) for b in valid) if k == open_value else v in valid):
+                    return False
+        return True
+
+    def _decision_ok(self, state: State, mnemonic: str, values: list, text: str) -> bool:
+        if mnemonic == "tile":
+            n = values[2] if isinstance(values[2], int) and not isinstance(values[2], bool) else None
+            inner = values[1] if isinstance(values[1], int) else 0
+            extent = state.extent(values[0])
+            return extent is None or tile_ok(text, extent, n, inner)
+        if mnemonic == "cat":
+            size = len(values[0]) if isinstance(values[0], list) else 0
+            return _int_prefix_of(text, range(size))
+        if mnemonic == "loc":
+            return _int_prefix_of(text, self._valid_locations(state, values[0]))
+        return True  # ptile: checked when its line is complete
+
+    def _valid_locations(self, state: State, block: str) -> list[int]:
+        """The compute locations TVM keeps for `block`: -2 (root), -1 (inline), or the index
+        of a loop. TVM repairs any other decision to the largest valid one below it, so the
+        largest is what a huge decision becomes, and each one up to it is tried."""
+        key = (state.serial, block)
+        if key not in self._locations:
+            self._locations[key] = []
+            largest = self._repaired(state, f"loc {block} ={2**31 - 1}")
+            if isinstance(largest, int):
+                self._locations[key] = [d for d in range(-2, largest + 1)
+                                        if self._apply_line(state, f"loc {block} ={d}") is not None]
+        return self._locations[key]
+
+    def _repaired(self, state: State, line: str):
+        """The decision TVM takes for the sampling `line` (None if it does not apply)."""
+        try:
+            inst, decision = self._reader(state).read(line, open_end=False)
+        except ScriptSyntaxError:
+            return None
+        after = self._state(state.insts + [inst], state.decisions + [[len(state.insts), decision]])
+        return None if after is None else after.facts["decision"]
+
+    def _count_ok(self, state: State, mnemonic: str, values: list, text: str) -> bool:
+        if BY_MNEMONIC[mnemonic].count != "*" or not (text == "" or text.isdigit() and not text.startswith("0")):
+            return False  # constrained scripts write only the counts the encoder would write
+        if mnemonic not in _COUNTS:
+            return True  # checked when the line is complete
+        count = state.query(_COUNTS[mnemonic], values[0])
+        return count is None or count > 0 and str(count).startswith(text)
+
+
+_FIRST = {"int": set("-0123456789"), "bool": set("tf"), "rv": set("$_" + "abcdefghijklmnopqrstuvwxyz"
+                                                                  "ABCDEFGHIJKLMNOPQRSTUVWXYZ")}
+_FIRST["str"] = _FIRST["rv"] - {"$"} | {'"'}
+_FIRST["key"] = _FIRST["thread"] = _FIRST["rv"] - {"$"}  # the keys and threads of _KEYS are bare words
+
+
+def _starts_like(typ: str, first: str) -> bool:
+    """Whether a value of type `typ` can begin with the character `first`."""
+    return first == "" or typ not in _FIRST or first in _FIRST[typ]
+
+
+def _int_prefix_of(text: str, valid) -> bool:
+    return any(str(v).startswith(text) for v in valid)
