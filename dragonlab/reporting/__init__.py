@@ -4,6 +4,7 @@ notebook widgets."""
 from dragonlab.core.exports import lazy
 
 __getattr__, __dir__, __all__ = lazy(__name__, {
-    "ReportConfig": "report", "run_report": "report", "read_report": "report",
-    "compare": "compare", "Comparison": "compare",
+    "ReportConfig": "config", "run_report": "report", "read_report": "report", "Report": "results",
+    "search_curves": "metrics", "compare": "compare", "Comparison": "compare", "compare_models": "compare",
+    "ModelComparison": "compare",
 })

@@ -12,15 +12,25 @@ The protocol (the paper's "RL kernels faster than SFT's on 88 of 102 tasks"):
    and losses (ties left out) gives the p-value.
 4. Per-attempt correctness and mean shaped reward of both models are reported beside it; prompts
    where only one model's kernel is correct are counted separately.
+
+`compare_models` is the whole protocol after sampling (the report's RL vs SFT, `dragonlab compare`,
+notebook 05):
+
+    result = compare_models(evaluator, workloads, sft_attempts, rl_attempts, {"test": rows})
+    print(result.text("SFT", "RL"))     # threshold, then wins, losses and ties per task
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from dragonlab.evaluation.reward import RewardConfig, reward
-from dragonlab.learn.attempts import Attempt, evaluate_attempts
+
+if TYPE_CHECKING:  # the results (ModelComparison) are read without the evaluator and TVM
+    from dragonlab.learn.attempts import Attempt
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,26 @@ class Comparison:
     p_value: float  # two-sided sign test over wins and losses
 
 
+@dataclass(frozen=True)
+class ModelComparison:
+    """B against A: the measured noise threshold and one `Comparison` per task, then "all"."""
+
+    threshold: float  # the largest of the splits' thresholds
+    retimed: int  # kernels timed twice to measure it
+    rows: tuple[Comparison, ...]
+
+    def to_json(self) -> dict:
+        return {"threshold": self.threshold, "retimed": self.retimed, "rows": [asdict(r) for r in self.rows]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ModelComparison":
+        return cls(d["threshold"], d["retimed"], tuple(Comparison(**r) for r in d["rows"]))
+
+    def text(self, a: str = "A", b: str = "B") -> str:
+        return (f"noise threshold {self.threshold:.1%}, measured on {self.retimed} kernels timed twice\n"
+                f"{format_comparison(list(self.rows), a, b)}")
+
+
 def sign_test(wins: int, losses: int) -> float:
     """Two-sided exact binomial test of wins vs losses at p = 1/2."""
     n = wins + losses
@@ -51,9 +81,12 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def noise_threshold(evaluator, workloads: dict, attempts: list[Attempt], rows: list[dict],
+def noise_threshold(evaluator, workloads: dict, attempts: list[Attempt], rows: Sequence[dict] | Mapping[int, dict],
                     quantile: float = 0.95) -> tuple[float, int]:
-    """(threshold, kernels re-timed): the `quantile` of |t2/t1 - 1| over correct attempts judged twice."""
+    """(threshold, kernels re-timed): the `quantile` of |t2/t1 - 1| over correct attempts judged twice.
+    `rows[a.index]`: the dataset row attempt `a` answered (its split's rows, or a dict by index)."""
+    from dragonlab.learn.attempts import evaluate_attempts
+
     correct = [(a, rows[a.index]) for a in attempts if a.evaluation.latency]
     if not correct:
         return 0.0, 0
@@ -98,6 +131,21 @@ def compare(a: list[Attempt], b: list[Attempt], threshold: float,
             sum(reward(y.evaluation, reward_config) for _, y in group) / n,
             both, wins, losses, ties, only_a, only_b, threshold, sign_test(wins, losses)))
     return out
+
+
+def compare_models(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt],
+                   rows: Mapping[str, Sequence[dict] | Mapping[int, dict]], *, quantile: float = 0.95,
+                   reward_config: RewardConfig = RewardConfig()) -> ModelComparison:
+    """B's attempts against A's on the same prompts (paired by split and index; pass one attempt per
+    prompt), by the protocol above. Per split of `rows`, A's correct kernels are timed again by
+    `evaluator` (its cache cleared) for that split's noise threshold; the largest counts.
+    `rows[split][a.index]`: the dataset row an attempt answered (the split's rows in order, or a
+    dict by index). `workloads`: by key, as `dataset.load` gives them."""
+    threshold, retimed = 0.0, 0
+    for split, split_rows in rows.items():
+        t, n = noise_threshold(evaluator, workloads, [x for x in a if x.split == split], split_rows, quantile)
+        threshold, retimed = max(threshold, t), retimed + n
+    return ModelComparison(threshold, retimed, tuple(compare(a, b, threshold, reward_config)))
 
 
 def format_comparison(rows: list[Comparison], a: str = "A", b: str = "B") -> str:

@@ -6,6 +6,7 @@ define: the reward's shape comes from `RewardConfig` itself, stages from `evalua
     reward_shape_figure(RewardConfig(), points=[("good", e)])  # reward vs speedup, failure ladder as lines
     stage_figure({"good": evals, "broken": more})       # where each group of scripts stopped
     latency_figure([("good", e), ("random 1", e2)])     # per-repeat latencies, reference line
+    report_search_figure(read_report("runs/demo"))      # a results.Report: report_{correctness,search,scaling,latency}
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import plotly.graph_objects as go
 
 from dragonlab.evaluation.evaluate import OK, STAGES, Evaluation
 from dragonlab.evaluation.reward import RewardConfig, reward
+from dragonlab.reporting.metrics import search_curves
+from dragonlab.reporting.results import Report
 
 # Failing stages in ladder order (worst first), then the stage a correct kernel ends at.
 _FAILURES = ("decode", "apply", "validate", "build", "run", "check")
@@ -118,17 +121,17 @@ def latency_figure(labelled: list[tuple[str, Evaluation]]) -> go.Figure:
     return fig
 
 
-# --- the replication report (dragonlab.reporting.report's report.json) -------------------------------------
+# --- the replication report (dragonlab.reporting.results.Report) ---------------------------------------
 
-def report_correctness_figure(report: dict) -> go.Figure:
+def report_correctness_figure(report: Report) -> go.Figure:
     """Per system and task, the share of attempts that stopped at each stage."""
     fig = go.Figure()
     labels, shares = [], []
-    for name, system in report["systems"].items():
-        for row in system["summary"]:
-            if row["task"] != "all":
-                labels.append(f"{name}<br>{row['task']}")
-                shares.append({s: c / row["attempts"] for s, c in row["stopped_at"].items()})
+    for name, system in report.systems.items():
+        for row in system.summary:
+            if row.task != "all":
+                labels.append(f"{name}<br>{row.task}")
+                shares.append({s: c / row.attempts for s, c in row.stopped_at.items()})
     for stage in (*STAGES, OK):
         ys = [share.get(stage, 0.0) for share in shares]
         if any(ys):
@@ -139,39 +142,37 @@ def report_correctness_figure(report: dict) -> go.Figure:
     return fig
 
 
-def report_search_figure(report: dict) -> go.Figure:
+def report_search_figure(report: Report) -> go.Figure:
     """Geomean latency ratio (system / MetaSchedule at N trials) against N: below 1 the system is faster."""
-    from dragonlab.reporting.report import search_curves
-
     fig = go.Figure()
     for name, by_budget in search_curves(report).items():
-        xs = [int(n) for n in by_budget if by_budget[n]["geomean_latency_ratio"]]
-        ys = [by_budget[str(n)]["geomean_latency_ratio"] for n in xs]
+        xs = [n for n, r in by_budget.items() if r.geomean_latency_ratio]
+        ys = [by_budget[n].geomean_latency_ratio for n in xs]
         if xs:
             fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=name,
                             hovertemplate=name + "<br>N=%{x}: %{y:.3g}x<extra></extra>")
     fig.add_hline(y=1.0, line=dict(color="grey", dash="dash"), annotation_text="as fast as search",
                   annotation_position="bottom right")
-    budgets = sorted(report["config"]["budgets"])
+    budgets = sorted(report.config.budgets)
     fig.update_xaxes(type="log", title="MetaSchedule trials N", tickvals=budgets, ticktext=[str(b) for b in budgets])
     fig.update_yaxes(type="log", title="latency / MetaSchedule's best at N (geomean)")
     fig.update_layout(template="plotly_white", title="Best-of-k kernels against search budgets", width=760, height=440)
     return fig
 
 
-def report_scaling_figure(report: dict) -> go.Figure:
+def report_scaling_figure(report: Report) -> go.Figure:
     """Test-time scaling: geomean speedup over the unscheduled kernel against best-of-k and against turns."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("best of k attempts", "refinement turns"))
-    for i, (name, curve) in enumerate(report["best_of_k_curve"].items()):
-        pts = curve["points"]
-        fig.add_scatter(x=[p["k"] for p in pts], y=[p["geomean_speedup"] for p in pts], mode="lines+markers",
+    for i, (name, curve) in enumerate(report.best_of_k_curve.items()):
+        pts = curve.points
+        fig.add_scatter(x=[p.k for p in pts], y=[p.geomean_speedup for p in pts], mode="lines+markers",
                         name=name, legendgroup=name, line_color=_PALETTE[i % len(_PALETTE)], row=1, col=1)
-    for i, (name, curve) in enumerate(report["turns"].items()):
-        pts = curve["points"]
-        fig.add_scatter(x=[p["turn"] for p in pts], y=[p["geomean_speedup"] for p in pts], mode="lines+markers",
-                        name=name, legendgroup=name, showlegend=name not in report["best_of_k_curve"],
+    for i, (name, curve) in enumerate(report.turns.items()):
+        pts = curve.points
+        fig.add_scatter(x=[p.turn for p in pts], y=[p.geomean_speedup for p in pts], mode="lines+markers",
+                        name=name, legendgroup=name, showlegend=name not in report.best_of_k_curve,
                         line_color=_PALETTE[i % len(_PALETTE)], row=1, col=2)
     fig.update_yaxes(title="geomean speedup vs unscheduled (incorrect = 1x)", row=1, col=1)
     fig.update_xaxes(title="k", dtick=1, row=1, col=1)
@@ -180,12 +181,12 @@ def report_scaling_figure(report: dict) -> go.Figure:
     return fig
 
 
-def report_latency_figure(report: dict) -> go.Figure:
+def report_latency_figure(report: Report) -> go.Figure:
     """Per held-out workload: each system's best kernel latency (ms, log); missing = no correct kernel."""
-    names = report.get("workload_names", {})
-    keys = list(names) or sorted({k for b in report["baselines"].values() for k in b["per_workload"]})
-    series = {f"{n} best-of-k": report["best_of_k"][n] for n in report.get("best_of_k", {})}
-    series.update({n: {k: v["latency"] for k, v in b["per_workload"].items()} for n, b in report["baselines"].items()})
+    names = report.workload_names
+    keys = list(names) or sorted({k for b in report.baselines.values() for k in b.per_workload})
+    series = {f"{n} best-of-k": by_key for n, by_key in report.best_of_k.items()}
+    series.update({n: {k: v.latency for k, v in b.per_workload.items()} for n, b in report.baselines.items()})
     fig = go.Figure()
     for name, by_key in series.items():
         fig.add_bar(x=[names.get(k, k) for k in keys], y=[(by_key.get(k) or float("nan")) * 1e3 for k in keys],

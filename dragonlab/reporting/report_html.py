@@ -1,5 +1,5 @@
-"""report.json as one self-contained HTML page: tables of every metric and the plotly figures
-(plotly.js is inlined once, so the page opens without a network)."""
+"""A `Report` (report.json) as one self-contained HTML page: tables of every metric and the plotly
+figures (plotly.js is inlined once, so the page opens without a network)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 from dragonlab.core.jsonl import write_atomic
 from dragonlab.reporting import plots
-from dragonlab.reporting.report import search_curves
+from dragonlab.reporting.metrics import search_curves
+from dragonlab.reporting.results import Report
 
 
 def _fmt(x, kind: str = "") -> str:
@@ -34,121 +35,113 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def sections(report: dict) -> list[tuple[str, str]]:
+def sections(report: Report) -> list[tuple[str, str]]:
     """(title, HTML) of every table of the report, in reading order (the notebook shows them too)."""
     out = []
-    systems = report["systems"]
-    names = report.get("workload_names", {})
-    cfg = report["config"]
+    systems = report.systems
+    names = report.workload_names
+    cfg = report.config
+    tasks = ("construction", "refinement")
 
-    paper, rows = report["paper"], []
-    for task in ("construction", "refinement"):
-        ours = ", ".join(f"{n} {_fmt(s.get(task, {}).get('correct'), '%')}" for n, s in systems.items())
-        rows.append([f"per-attempt correctness, {task}", _fmt(paper[f"correct {task}"], "%"), ours or "–"])
-        cmp = report.get("rl_vs_sft")
-        row = next((r for r in (cmp or {}).get("rows", []) if r["task"] == task), None)
-        rows.append([f"RL faster than SFT, {task}", paper[f"rl wins {task}"],
-                     f"{row['wins']}/{row['prompts']} (p = {row['p_value']:.3g})" if row else "–"])
+    paper, rows = report.paper, []
+    cmp = report.rl_vs_sft
+    for task in tasks:
+        ours = ", ".join(f"{n} {_fmt(s.task(task).correct if s.task(task) else None, '%')}" for n, s in systems.items())
+        rows.append([f"per-attempt correctness, {task}", _fmt(paper.correct(task), "%"), ours or "–"])
+        row = next((r for r in (cmp.rows if cmp else ()) if r.task == task), None)
+        rows.append([f"RL faster than SFT, {task}", paper.rl_wins(task),
+                     f"{row.wins}/{row.prompts} (p = {row.p_value:.3g})" if row else "–"])
     out.append(("The paper beside ours", _table(["metric", "paper", "this run"], rows) +
-                f"<p>Paper: {html.escape(paper['scale'])}. This run: {report['held_out_workloads']} held-out "
-                f"workloads on {html.escape(report['target'])}, k = {cfg['k']} attempts per prompt, "
-                f"{'constrained' if cfg['constrained'] else 'unconstrained'} decoding at temperature "
-                f"{cfg['temperature']}. The scales differ by orders of magnitude; the protocol is the same.</p>"))
+                f"<p>Paper: {html.escape(paper.scale)}. This run: {report.held_out_workloads} held-out "
+                f"workloads on {html.escape(report.target)}, k = {cfg.k} attempts per prompt, "
+                f"{'constrained' if cfg.constrained else 'unconstrained'} decoding at temperature "
+                f"{cfg.temperature}. The scales differ by orders of magnitude; the protocol is the same.</p>"))
 
     rows = []
     for n, s in systems.items():
-        for r in s["summary"]:
-            rows.append([n, r["task"], str(r["attempts"]), _fmt(r["correct"], "%"), _fmt(r["exact"], "%"),
-                         html.escape(", ".join(f"{k}: {v}" for k, v in r["stopped_at"].items()))])
+        for r in s.summary:
+            rows.append([n, r.task, str(r.attempts), _fmt(r.correct, "%"), _fmt(r.exact, "%"),
+                         html.escape(", ".join(f"{k}: {v}" for k, v in r.stopped_at.items()))])
     out.append(("Per-attempt correctness and where the rest stopped",
                 _table(["system", "task", "attempts", "correct", "exact", "stopped at"], rows)))
 
-    ks = sorted({k for s in systems.values() for t in ("construction", "refinement") for k in s.get(t, {}).get("pass@k", {})},
-                key=int)
-    rows = [[n, t] + [_fmt(s[t]["pass@k"].get(k), "%") for k in ks]
-            for n, s in systems.items() for t in ("construction", "refinement") if t in s]
+    by_task = [(n, t, s.task(t)) for n, s in systems.items() for t in tasks if s.task(t)]
+    ks = sorted({k for _, _, m in by_task for k in m.pass_at_k})
+    rows = [[n, t] + [_fmt(m.pass_at_k.get(k), "%") for k in ks] for n, t, m in by_task]
     out.append(("pass@k", _table(["system", "task"] + [f"pass@{k}" for k in ks], rows)))
 
-    rows = []
-    for n, s in systems.items():
-        for t in ("construction", "refinement"):
-            for base, by_p in s.get(t, {}).get("fast_p", {}).items():
-                rows.append([n, t, html.escape(base)] + [_fmt(by_p.get(str(p)), "%") for p in cfg["p"]])
+    rows = [[n, t, html.escape(base)] + [_fmt(by_p.get(p), "%") for p in cfg.p]
+            for n, t, m in by_task for base, by_p in m.fast_p.items()]
     out.append(("fast_p: correct and faster than p x the baseline (share of attempts)",
-                _table(["system", "task", "baseline"] + [f"p = {p}" for p in cfg["p"]], rows)))
+                _table(["system", "task", "baseline"] + [f"p = {p}" for p in cfg.p], rows)))
 
     rows = []
-    for n, s in systems.items():
-        for t in ("construction", "refinement"):
-            if t not in s:
-                continue
-            for label, key in (("unscheduled", "speedup_vs_unscheduled"), ("input script", "speedup_vs_input")):
-                st = s[t].get(key)
-                if st:
-                    rows.append([n, t, label, _fmt(st["geomean"], "x"), _fmt(st["mean"], "x"), _fmt(st["median"], "x"),
-                                 _fmt(st["geomean correct"], "x"), f"{st['correct']}/{st['n']}"])
-    for n, b in report["baselines"].items():
-        st = b["speedup_vs_unscheduled"]
-        rows.append([n, "per workload", "unscheduled", _fmt(st["geomean"], "x"), _fmt(st["mean"], "x"),
-                     _fmt(st["median"], "x"), _fmt(st["geomean correct"], "x"), f"{st['correct']}/{st['n']}"])
+    for n, t, m in by_task:
+        for label, st in (("unscheduled", m.speedup_vs_unscheduled), ("input script", m.speedup_vs_input)):
+            if st:
+                rows.append([n, t, label, _fmt(st.geomean, "x"), _fmt(st.mean, "x"), _fmt(st.median, "x"),
+                             _fmt(st.geomean_correct, "x"), f"{st.correct}/{st.n}"])
+    for n, b in report.baselines.items():
+        st = b.speedup_vs_unscheduled
+        rows.append([n, "per workload", "unscheduled", _fmt(st.geomean, "x"), _fmt(st.mean, "x"),
+                     _fmt(st.median, "x"), _fmt(st.geomean_correct, "x"), f"{st.correct}/{st.n}"])
     out.append(("Speedups (an incorrect kernel counts as 1x: the unscheduled kernel is kept; "
                 "'geomean correct' leaves them out)",
                 _table(["system", "task", "against", "geomean", "mean", "median", "geomean correct", "correct"], rows)))
 
-    budgets = sorted(cfg["budgets"])
+    budgets = sorted(cfg.budgets)
     rows = []
     for n, by_budget in search_curves(report).items():
         cells = []
         for b in budgets:
-            r = by_budget.get(str(b), {})
-            cells.append(f"{_fmt(r.get('geomean_latency_ratio'), 'x')} ({r.get('workloads', 0)} wl)")
+            r = by_budget.get(b)
+            cells.append(f"{_fmt(r.geomean_latency_ratio if r else None, 'x')} ({r.workloads if r else 0} wl)")
         rows.append([html.escape(n)] + cells)
-    out.append((f"Model best-of-{cfg['k']} vs MetaSchedule at N trials (geomean latency ratio; < 1: faster than search)",
+    out.append((f"Model best-of-{cfg.k} vs MetaSchedule at N trials (geomean latency ratio; < 1: faster than search)",
                 _table(["system"] + [f"N = {b}" for b in budgets], rows)))
 
     rows = []
-    for n, per in report["trials_to_match"].items():
+    for n, per in report.trials_to_match.items():
         for key, m in per.items():
             rows.append([n, html.escape(names.get(key, key)),
-                         f"{m['trials']} of {m['searched']}" if m["trials"] else f"not within {m['searched']}",
-                         _fmt(m["seconds"], "s")])
+                         f"{m.trials} of {m.searched}" if m.trials else f"not within {m.searched}",
+                         _fmt(m.seconds, "s")])
     out.append(("Search needed to match the model's best-of-k kernel", _table(
         ["system", "workload", "trials", "wall time"], rows)))
 
-    seeded = report.get("seeded_search")
+    seeded = report.seeded_search
     if seeded:
-        r = seeded["vs_search_alone"]
-        out.append(("Model-seeded search", f"<p>{html.escape(seeded['system'])}: at {seeded['trials']} trials "
+        r = seeded.vs_search_alone
+        out.append(("Model-seeded search", f"<p>{html.escape(seeded.system)}: at {seeded.trials} trials "
                     f"(the model's kernels count as trials), latency / search alone = "
-                    f"{_fmt(r['geomean_latency_ratio'], 'x')} (geomean over {r['workloads']} workloads).</p>"))
+                    f"{_fmt(r.geomean_latency_ratio, 'x')} (geomean over {r.workloads} workloads).</p>"))
 
-    cmp = report.get("rl_vs_sft")
     if cmp:
-        rows = [[r["task"], str(r["prompts"]), _fmt(r["correct_a"], "%"), _fmt(r["correct_b"], "%"),
-                 _fmt(r["mean_reward_a"]), _fmt(r["mean_reward_b"]), f"{r['wins']}/{r['both_correct']}",
-                 str(r["losses"]), str(r["ties"]), _fmt(r["p_value"])] for r in cmp["rows"]]
-        out.append((f"RL vs SFT (first attempt per prompt; noise threshold {cmp['threshold']:.1%} from "
-                    f"{cmp['retimed']} kernels timed twice)", _table(
+        rows = [[r.task, str(r.prompts), _fmt(r.correct_a, "%"), _fmt(r.correct_b, "%"), _fmt(r.mean_reward_a),
+                 _fmt(r.mean_reward_b), f"{r.wins}/{r.both_correct}", str(r.losses), str(r.ties), _fmt(r.p_value)]
+                for r in cmp.rows]
+        out.append((f"RL vs SFT (first attempt per prompt; noise threshold {cmp.threshold:.1%} from "
+                    f"{cmp.retimed} kernels timed twice)", _table(
                         ["task", "prompts", "SFT correct", "RL correct", "SFT reward", "RL reward", "RL faster",
                          "RL slower", "ties", "sign test p"], rows)))
 
-    audit = report["audit"]
-    out.append(("Audit", f"<p>{audit['decoded']} decoded scripts re-encoded; round-trip failures: "
-                f"{len(audit['round_trip_failures'])}. Speedups above the evaluator's threshold (flagged, "
-                f"kept): {len(audit['suspicious'])}.</p>" + (_table(
-                    ["entry"], [[html.escape(str(s))] for s in audit["suspicious"]]) if audit["suspicious"] else "")))
+    audit = report.audit
+    out.append(("Audit", f"<p>{audit.decoded} decoded scripts re-encoded; round-trip failures: "
+                f"{len(audit.round_trip_failures)}. Speedups above the evaluator's threshold (flagged, "
+                f"kept): {len(audit.suspicious)}.</p>" + (_table(
+                    ["entry"], [[html.escape(str(s))] for s in audit.suspicious]) if audit.suspicious else "")))
     out.append(("Sources", "<p>Every number above is computed from these files of "
-                f"<code>{html.escape(report['run'])}/report/</code>: " +
-                ", ".join(f"<code>{html.escape(s)}</code>" for s in report["sources"]) + ".</p>"))
+                f"<code>{html.escape(report.run)}/report/</code>: " +
+                ", ".join(f"<code>{html.escape(s)}</code>" for s in report.sources) + ".</p>"))
     return out
 
 
-def figures(report: dict) -> dict:
+def figures(report: Report) -> dict:
     return {"outcomes": plots.report_correctness_figure(report), "search": plots.report_search_figure(report),
             "scaling": plots.report_scaling_figure(report), "latency": plots.report_latency_figure(report)}
 
 
-def write_pngs(report: dict, folder: str | os.PathLike, *, scale: float = 2) -> list[Path]:
+def write_pngs(report: Report, folder: str | os.PathLike, *, scale: float = 2) -> list[Path]:
     """The figures as PNG files (`folder/<name>.png`), for slides and docs. kaleido renders them
     in a Chrome: the system's chromium is found on PATH (or set BROWSER_PATH)."""
     import plotly.io as pio
@@ -161,16 +154,16 @@ def write_pngs(report: dict, folder: str | os.PathLike, *, scale: float = 2) -> 
     return paths
 
 
-def write_html(report: dict, path: str | os.PathLike) -> Path:
+def write_html(report: Report, path: str | os.PathLike) -> Path:
     figs = figures(report)
     parts = [f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs.values())]
     body = "".join(f"<h2>{html.escape(t)}</h2>{h}" for t, h in sections(report))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>dragonlab report: "
-            f"{html.escape(report['run'])}</title><style>body{{font-family:sans-serif;max-width:1000px;margin:auto}}"
+            f"{html.escape(report.run)}</title><style>body{{font-family:sans-serif;max-width:1000px;margin:auto}}"
             f"table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ccc;padding:3px 8px;"
             f"font-size:13px}}th{{background:#f3f3f3}}</style></head><body>"
-            f"<h1>dragonlab replication report</h1><p>run <code>{html.escape(report['run'])}</code>, target "
-            f"<code>{html.escape(report['target'])}</code></p>{body}<h2>Figures</h2>{''.join(parts)}</body></html>")
+            f"<h1>dragonlab replication report</h1><p>run <code>{html.escape(report.run)}</code>, target "
+            f"<code>{html.escape(report.target)}</code></p>{body}<h2>Figures</h2>{''.join(parts)}</body></html>")
     path = Path(path)
     write_atomic(path, page)
     return path

@@ -3,7 +3,7 @@ several systems' kernels for one workload.
 
     stepper(workload, script)                        # one instruction at a time, the TIR after each
     Comparison(workloads, candidates, evaluator).widget   # side by side, diff, latencies, roofline, live edit
-    candidates_from_report("runs/demo")              # the systems of a report: MetaSchedule, SFT, RL, LLM, ...
+    candidates_from_report("runs/demo")              # the systems of a report (or a results.Report): SFT, RL, ...
     candidates_from_records("runs/demo/records")     # MetaSchedule's best per workload
 
 Scripts are untrusted text: they are decoded here by the strict parser and applied only in a
@@ -23,9 +23,11 @@ from pathlib import Path
 
 from dragonlab.core import codec
 from dragonlab.core.allowlist import known_crash
+from dragonlab.core.errors import one_line
 from dragonlab.core.jsonl import read_lines
 from dragonlab.core.workloads import Workload
 from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerError
+from dragonlab.reporting.results import Report
 
 # --- applying scripts, one instruction at a time (in a worker) -----------------------------------
 
@@ -40,7 +42,7 @@ class Step:
 def _tir_after_each(mod_json: str, plain: list, every: bool, *, progress=None) -> list:
     """In the worker: the TIR after each prefix of the instructions (or only the whole script),
     stopping at the first instruction that fails."""
-    from dragonlab.evaluation.evaluate import worker_module
+    from dragonlab.evaluation.replay import worker_module
 
     insts, decisions = plain
     out = []
@@ -49,7 +51,7 @@ def _tir_after_each(mod_json: str, plain: list, every: bool, *, progress=None) -
         try:
             sch = codec.apply(partial, worker_module("", mod_json))
         except Exception as e:  # the instruction that TVM refused: said, not raised
-            out.append((None, f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"))
+            out.append((None, one_line(e, last=True)))  # TVM's message comes after the IR it diagnoses
             break
         out.append((sch.mod["main"].script(), None))
     return out
@@ -211,7 +213,7 @@ def work_of(workload: Workload) -> tuple[float, float]:
 
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    from dragonlab.evaluation.evaluate import arg_specs_of
+    from dragonlab.evaluation.replay import arg_specs_of
 
     nbytes = sum(math.prod(shape) * int(re.search(r"\d+", dtype).group()) // 8  # float16 -> 2, bfloat16 -> 2
                  for shape, dtype in arg_specs_of(workload.mod))
@@ -239,12 +241,12 @@ def candidates_from_records(path: str | Path, target: str = "cpu") -> dict[str, 
     return {k: [Candidate("MetaSchedule best", codec.encode(trace))] for k, (_, trace) in best.items()}
 
 
-def candidates_from_report(run: str | Path) -> dict[str, list[Candidate]]:
-    """Per held-out workload of a report (`dragonlab report`): each model's fastest correct
-    attempt (any, when none is correct) and each baseline's kernel."""
+def candidates_from_report(run: str | Path | Report) -> dict[str, list[Candidate]]:
+    """Per held-out workload of a report (`dragonlab report`; a run directory or its `Report`):
+    each model's fastest correct attempt (any, when none is correct) and each baseline's kernel."""
     from dragonlab.learn.attempts import read_attempts
 
-    report = Path(run) / "report"
+    report = Path(run.run if isinstance(run, Report) else run) / "report"
     out: dict[str, list[Candidate]] = defaultdict(list)
     for path in sorted(report.glob("attempts-*.jsonl")):
         system = path.stem.removeprefix("attempts-")

@@ -1,11 +1,11 @@
 """The quickstart notebook in a real browser: JupyterLab on loopback, headless Debian Chromium runs
-every cell, and the comparison widget and its plotly figure are drawn (tests/lab_browser.py).
+every cell, and the comparison widget and its plotly figure are drawn (dragonlab/testing/browser.py).
 The screenshot is kept in $DRAGONLAB_ARTIFACTS when set, else in the test's tmp dir."""
 
 import os
 from pathlib import Path
 
-import lab_browser
+from dragonlab.testing import browser as lab_browser
 import pytest
 
 QUICKSTART = lab_browser.NOTEBOOKS / "00_quickstart.ipynb"

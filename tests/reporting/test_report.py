@@ -1,21 +1,28 @@
-"""The replication report: its metrics on hand-made numbers, and the whole report (notebook 06
-under papermill) on the tiny fixtures with an LLM behind a loopback chat server."""
+"""The replication report: its metrics on hand-made numbers, the report as data (JSON round trip),
+the comparison protocol with a stand-in evaluator, the reporting modules' imports (no cycle), and
+the whole report (notebook 06 under papermill) on the tiny fixtures with an LLM behind a loopback
+chat server."""
 
+import ast
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
 import papermill
 import pytest
-from chat_server import MODEL, serving
+from dragonlab.testing.chat_server import MODEL, serving
 from test_notebooks_models import NOTEBOOKS, PLOTLY
 
 from dragonlab.cli import main
 from dragonlab.evaluation.evaluate import Evaluation
 from dragonlab.learn.attempts import Attempt, read_attempts
-from dragonlab.reporting.report import ReportConfig, fast_p, held_out_rows, metrics, pass_at_k, stats
+from dragonlab.reporting.compare import Comparison, ModelComparison, compare_models
+from dragonlab.reporting.metrics import fast_p, metrics, pass_at_k, search_curves, stats
+from dragonlab.reporting.report import ReportConfig, held_out_rows, read_report
+from dragonlab.reporting.results import LLMSystem, Match, Ratio, Report
 from dragonlab.search.baselines import SearchRun
 
 
@@ -28,8 +35,8 @@ def test_pass_at_k_is_the_unbiased_estimator():
 
 def test_speedup_stats_count_incorrect_kernels_as_one():
     s = stats([4.0, None, 0.25, None])
-    assert s["geomean"] == pytest.approx(1.0) and s["mean"] == pytest.approx(1.5625)
-    assert s["median"] == pytest.approx(1.0) and s["geomean correct"] == pytest.approx(1.0) and s["correct"] == 2
+    assert s.geomean == pytest.approx(1.0) and s.mean == pytest.approx(1.5625)
+    assert s.median == pytest.approx(1.0) and s.geomean_correct == pytest.approx(1.0) and s.correct == 2
     # fast_p: correct and faster than p x the baseline; a missing baseline leaves the kernel out
     assert fast_p([1.0, 0.5, None, 1.0], [2.0, 0.55, 1.0, None], 1.2) == pytest.approx(1 / 3)
     assert fast_p([1.0, 0.5, None], [2.0, 0.55, 1.0], 1.0) == pytest.approx(2 / 3)
@@ -54,9 +61,7 @@ def _baseline(system, latencies):
             for k, t in latencies.items()}
 
 
-def test_metrics_on_hand_made_numbers():
-    """Two workloads: the model's best-of-2 is 2x slower than search at 4 trials on one and 2x
-    faster on the other (geomean 1), and it has no correct kernel at 2 trials' better one."""
+def _hand_made_report(rl_vs_sft=None) -> Report:
     attempts = {"m": [
         _attempt("test", 0, 0, "construction", "a", 4.0), _attempt("test", 0, 1, "construction", "a", 2.0),
         _attempt("test", 1, 0, "construction", "b", None), _attempt("test", 1, 1, "construction", "b", 1.0),
@@ -68,21 +73,135 @@ def test_metrics_on_hand_made_numbers():
             "_search": {"a": {"seconds": 40.0, "latencies": [6.0, 3.0, 2.0, 1.0]},
                         "b": {"seconds": 10.0, "latencies": [None, 4.0, 2.0, 0.5]}}}
     config = ReportConfig(k=2, budgets=(2, 4), p=(1.0, 2.0))
-    r = metrics(attempts, {}, base, config, ["a", "b"], None)
-    m = r["systems"]["m"]
-    assert m["construction"]["correct"] == 0.75 and m["refinement"]["correct"] == 0.5
-    assert m["construction"]["pass@k"] == {"1": 0.75, "2": 1.0}
-    assert m["refinement"]["speedup_vs_input"]["geomean"] == pytest.approx(math.sqrt(2.0))  # 2x and 1 (incorrect)
-    assert m["refinement"]["fast_p"]["input script"]["2.0"] == 0.0  # 10/5 = 2 is not faster than 2x
-    assert m["construction"]["fast_p"]["metaschedule@4"]["1.0"] == pytest.approx(0.25)  # only b's 1.0 vs 2.0
-    vs = r["best_of_k_vs_metaschedule"]["m"]
-    assert vs["4"]["geomean_latency_ratio"] == pytest.approx(1.0) and vs["4"]["workloads"] == 2  # 2/1 and 1/2
-    assert vs["2"] == {"geomean_latency_ratio": 1.0, "workloads": 1, "no_correct_kernel": 0, "no_search_kernel": 1}
+    turns = {"m": [{"split": "test", "index": 0, "turn": t, "workload": "a", "task": task, "latency": latency}
+                   for t, task, latency in ((0, "construction", 4.0), (1, "refinement", 2.0))]}
+    return metrics(attempts, turns, base, config, ["a", "b"], rl_vs_sft)
+
+
+def test_metrics_on_hand_made_numbers():
+    """Two workloads: the model's best-of-2 is 2x slower than search at 4 trials on one and 2x
+    faster on the other (geomean 1), and it has no correct kernel at 2 trials' better one."""
+    r = _hand_made_report()
+    m = r.systems["m"]
+    assert m.construction.correct == 0.75 and m.refinement.correct == 0.5 and m.task("all").attempts == 6
+    assert m.construction.pass_at_k == {1: 0.75, 2: 1.0}
+    assert m.construction.speedup_vs_input is None
+    assert m.refinement.speedup_vs_input.geomean == pytest.approx(math.sqrt(2.0))  # 2x and 1 (incorrect)
+    assert m.refinement.fast_p["input script"][2.0] == 0.0  # 10/5 = 2 is not faster than 2x
+    assert m.construction.fast_p["metaschedule@4"][1.0] == pytest.approx(0.25)  # only b's 1.0 vs 2.0
+    vs = r.best_of_k_vs_metaschedule["m"]
+    assert vs[4].geomean_latency_ratio == pytest.approx(1.0) and vs[4].workloads == 2  # 2/1 and 1/2
+    assert vs[2] == Ratio(geomean_latency_ratio=1.0, workloads=1, no_correct_kernel=0, no_search_kernel=1)
     # search reached the model's 2.0 at its 3rd trial on a (3/4 of 40 s), its 1.0 at the 4th on b
-    assert r["trials_to_match"]["m"] == {"a": {"trials": 3, "seconds": 30.0, "searched": 4},
-                                         "b": {"trials": 4, "seconds": 10.0, "searched": 4}}
-    assert r["baselines"]["metaschedule@4"]["speedup_vs_unscheduled"]["geomean"] == pytest.approx(math.sqrt(32))
-    assert r["best_of_k_curve"]["m"]["points"][0]["solved"] == 0.5
+    assert r.trials_to_match["m"] == {"a": Match(trials=3, seconds=30.0, searched=4),
+                                      "b": Match(trials=4, seconds=10.0, searched=4)}
+    assert r.baselines["metaschedule@4"].speedup_vs_unscheduled.geomean == pytest.approx(math.sqrt(32))
+    assert r.best_of_k_curve["m"].points[0].solved == 0.5
+    assert [p.geomean_speedup for p in r.turns["m"].points] == [2.0, 4.0, 4.0, 4.0]  # 8/4, 8/2 from turn 1 on
+    assert r.seeded_search is None and set(search_curves(r)) == {"m"}
+
+
+def test_the_report_round_trips_through_json_in_report_json_s_shape(tmp_path):
+    cmp = ModelComparison(0.1, 3, (Comparison("all", 2, 0.5, 1.0, 0.1, 0.2, 1, 1, 0, 0, 0, 1, 0.1, 1.0),))
+    r = replace(_hand_made_report(cmp), workload_names={"a": "wa", "b": "wb"}, run="/runs/x", target="llvm",
+                models={"m": "/runs/x/m/model"}, llm=LLMSystem("llm-x", "http://127.0.0.1:1/v1", "x"),
+                sources=("attempts-m.jsonl", "search"))
+    assert Report.from_json(r.to_json()) == r
+    text = json.dumps(r.to_json(), indent=1)
+    assert Report.from_json(json.loads(text)) == r
+    # report.json keeps the shape it had as a plain dict: existing run directories still load
+    d = json.loads(text)
+    assert list(d) == ["config", "paper", "held_out_workloads", "systems", "baselines", "best_of_k",
+                       "best_of_k_vs_metaschedule", "trials_to_match", "turns", "best_of_k_curve", "rl_vs_sft",
+                       "audit", "search_seconds", "workload_names", "run", "target", "models", "llm", "sources"]
+    m = d["systems"]["m"]
+    assert list(m) == ["summary", "construction", "refinement", "all"] and "speedup_vs_input" not in m["construction"]
+    assert m["construction"]["pass@k"] == {"1": 0.75, "2": 1.0} and "geomean correct" in m["all"]["speedup_vs_unscheduled"]
+    assert m["refinement"]["fast_p"]["input script"] == {"1.0": 1.0, "2.0": 0.0}
+    assert d["best_of_k_vs_metaschedule"]["m"]["2"] == {"geomean_latency_ratio": 1.0, "workloads": 1,
+                                                        "no_correct_kernel": 0, "no_search_kernel": 1}
+    assert d["paper"]["rl wins construction"] == "88/102" and d["config"]["budgets"] == [2, 4]
+    assert d["rl_vs_sft"]["rows"][0]["wins"] == 1 and d["llm"]["model"] == "x"
+    # unknown keys (a newer writer) are ignored; optional ones may be missing
+    assert Report.from_json({**d, "new": 1}) == r
+    assert Report.from_json({k: v for k, v in d.items() if k != "llm"}) == replace(r, llm=None)
+    (tmp_path / "report.json").write_text(text)
+    assert read_report(tmp_path) == read_report(tmp_path / "report.json") == r
+
+
+def test_the_page_and_figures_read_a_report():
+    from dragonlab.reporting.report_html import figures, sections
+
+    r = replace(_hand_made_report(), workload_names={"a": "wa", "b": "wb"}, run="/runs/x", target="llvm")
+    tables = dict(sections(r))
+    assert "<td>m</td><td>construction</td><td>75.0%</td><td>100.0%</td>" in tables["pass@k"]
+    assert "round-trip failures: 0" in tables["Audit"] and "/runs/x/report/" in tables["Sources"]
+    figs = figures(r)
+    search = {t.name: (list(t.x), list(t.y)) for t in figs["search"].data}
+    assert search == {"m": ([2, 4], [pytest.approx(1.0), pytest.approx(1.0)])}
+    assert [t.name for t in figs["latency"].data][:1] == ["m best-of-k"] and list(figs["latency"].data[0].x) == ["wa", "wb"]
+
+
+class _Retimer:
+    """An evaluator that times every kernel again `factors[i]` times slower on its i-th batch."""
+
+    def __init__(self, latencies: dict, factors: list[float]):
+        self.latencies, self.factors, self.cleared = latencies, iter(factors), 0
+
+    def clear_cache(self):
+        self.cleared += 1
+
+    def evaluate_many(self, items, reference_latencies=None, progress=False):
+        f = next(self.factors)
+        return [Evaluation(w, "cpu", "ok", latencies=(self.latencies[(w, s)] * f,) * 3) for w, s in items]
+
+
+def test_compare_models_measures_the_noise_per_split_and_keeps_the_largest():
+    sft = [_attempt("test", 0, 0, "construction", "a", 4.0), _attempt("test", 1, 0, "construction", "b", 2.0),
+           _attempt("val", 0, 0, "construction", "a", 4.0)]
+    rl = [_attempt("test", 0, 0, "construction", "a", 2.0), _attempt("test", 1, 0, "construction", "b", 1.8),
+          _attempt("val", 0, 0, "construction", "a", None)]
+    rows = {split: [{"task": "construction", "workload": w} for w in ws] for split, ws in (("test", "ab"), ("val", "a"))}
+    evaluator = _Retimer({("a", "get C"): 4.0, ("b", "get C"): 2.0}, [1.1, 1.5])
+    result = compare_models(evaluator, {"a": "a", "b": "b"}, sft, rl, rows)
+    assert evaluator.cleared == 2 and result.retimed == 3 and result.threshold == pytest.approx(0.5)
+    overall = result.rows[-1]
+    assert [r.task for r in result.rows] == ["construction", "all"]
+    assert (overall.prompts, overall.wins, overall.ties, overall.losses, overall.only_a) == (3, 1, 1, 0, 1)
+    assert "noise threshold 50.0%, measured on 3 kernels" in result.text("SFT", "RL")
+    assert ModelComparison.from_json(result.to_json()) == result
+
+
+def _imports(path: Path, module: str, known: set[str]) -> set[str]:
+    """The dragonlab modules `path` imports, at module level or inside functions."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        for name in names:
+            while name.startswith("dragonlab.") and name not in known:
+                name = name.rpartition(".")[0]
+            if name in known and name != module:
+                out.add(name)
+    return out
+
+
+def test_the_reporting_modules_import_without_a_cycle():
+    root = Path(__file__).resolve().parents[2]
+    files = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (root / "dragonlab").rglob("*.py")}
+    graph = {m: _imports(p, m, set(files)) for m, p in files.items()}
+    for start in [m for m in graph if m.startswith("dragonlab.reporting.")]:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            module, path = stack.pop()
+            for nxt in graph[module]:
+                assert nxt != start, f"import cycle: {' -> '.join(path + (nxt,))}"
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + (nxt,)))
+    assert "dragonlab.reporting.report" not in graph["dragonlab.reporting.plots"] | graph["dragonlab.reporting.report_html"]
 
 
 def test_held_out_rows_take_one_construction_prompt_per_workload():
@@ -107,7 +226,7 @@ def run_dir(tmp_path, data, tiny):
 def _renders_in_chromium(page: Path, figures: int, tmp_path: Path) -> None:
     """The report page opened from disk in Debian's Chromium draws every figure (no network: plotly.js
     is inlined). The screenshot is kept in $DRAGONLAB_ARTIFACTS when set."""
-    import lab_browser
+    from dragonlab.testing import browser as lab_browser
 
     if lab_browser.chromium() is None or lab_browser.playwright_missing():
         pytest.skip("no Chromium or playwright: `make test` installs both")
@@ -132,21 +251,23 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
                                    kernel_name=notebook_kernel, cwd=str(tmp_path), progress_bar=False)
         served = len(llm.requests)
 
-        report = json.loads((run_dir / "report" / "report.json").read_text())
+        report = read_report(run_dir / "report")
+        assert Report.from_json(report.to_json()) == report
+        assert report.to_json() == json.loads((run_dir / "report" / "report.json").read_text())
         llm_name = f"llm-{MODEL}"
-        assert set(report["systems"]) == {"sft", "rl", llm_name}
-        for name, system in report["systems"].items():
-            assert {"construction", "refinement"} <= set(system), name
-        assert report["systems"][llm_name]["construction"]["correct"] == 1.0  # the references, judged for real
-        assert report["systems"][llm_name]["refinement"]["correct"] == 1.0
+        assert set(report.systems) == {"sft", "rl", llm_name} and report.llm.system == llm_name
+        for name, system in report.systems.items():
+            assert system.construction and system.refinement, name
+        assert report.systems[llm_name].construction.correct == 1.0  # the references, judged for real
+        assert report.systems[llm_name].refinement.correct == 1.0
         assert {"unscheduled", "random best-of-2", "dlight", "metaschedule@2", "metaschedule@4",
-                "rl-seeded metaschedule@4"} == set(report["baselines"])
-        for budget in ("2", "4"):  # model best-of-k vs MetaSchedule at N: filled for the LLM's correct kernels
-            assert report["best_of_k_vs_metaschedule"][llm_name][budget]["workloads"] == 2
-            assert report["best_of_k_vs_metaschedule"][llm_name][budget]["geomean_latency_ratio"] > 0
-        assert [r["task"] for r in report["rl_vs_sft"]["rows"]] == ["construction", "refinement", "all"]
-        assert report["audit"]["round_trip_failures"] == [] and report["audit"]["decoded"] > 0
-        assert set(report["turns"]) == {"sft", "rl"} and report["seeded_search"]["vs_search_alone"]["workloads"] == 2
+                "rl-seeded metaschedule@4"} == set(report.baselines)
+        for budget in (2, 4):  # model best-of-k vs MetaSchedule at N: filled for the LLM's correct kernels
+            assert report.best_of_k_vs_metaschedule[llm_name][budget].workloads == 2
+            assert report.best_of_k_vs_metaschedule[llm_name][budget].geomean_latency_ratio > 0
+        assert [r.task for r in report.rl_vs_sft.rows] == ["construction", "refinement", "all"]
+        assert report.audit.round_trip_failures == () and report.audit.decoded > 0
+        assert set(report.turns) == {"sft", "rl"} and report.seeded_search.vs_search_alone.workloads == 2
         html = (run_dir / "report" / "report.html").read_text()
         assert html.count("<table") >= 8 and "Plotly.newPlot" in html and "The paper beside ours" in html
         outputs = [o for c in nbformat.read(out, 4).cells for o in c.get("outputs", [])]

@@ -1,10 +1,11 @@
 """The stepper and the comparison widget: what they compute, driven as a user would (no browser;
-tests/test_browser.py renders them in JupyterLab)."""
+tests/reporting/test_browser.py renders them in JupyterLab)."""
 
 import pytest
 
 from dragonlab.core import codec
-from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.reporting.widgets import Candidate, Comparison, Roofline, Scheduler, stepper
 from dragonlab.search.explore import sample_traces
 

@@ -1,0 +1,32 @@
+"""The report's settings: what `run_report` judges and how (also `dragonlab.reporting.report.ReportConfig`).
+
+Its own module so that the report's data (`results.Report`, whose `config` it is) and the code
+that computes it both sit below `report.py`, which runs the report and imports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dragonlab.core.errors import InputError
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    k: int = field(default=8, metadata={"help": "attempts per held-out prompt (best-of-k, pass@k)", "range": "> 0"})
+    temperature: float = field(default=0.8, metadata={"help": "sampling temperature of every model", "range": ">= 0"})
+    splits: tuple[str, ...] = field(default=("test", "test_family"), metadata={"help": "held-out splits"})
+    refinement_per_workload: int | None = field(default=2, metadata={"help": "refinement prompts per workload (None: all)",
+                                                                     "range": "> 0"})
+    budgets: tuple[int, ...] = field(default=(8, 32, 128, 512), metadata={"help": "MetaSchedule trial budgets",
+                                                                          "range": "> 0"})
+    turns: int = field(default=3, metadata={"help": "refinement turns after each construction attempt",
+                                            "range": ">= 0"})
+    constrained: bool = field(default=False, metadata={"help": "constrained decoding for the local models"})
+    max_new_tokens: int = field(default=768, metadata={"help": "tokens per script, at most", "range": "> 0"})
+    seed: int = field(default=0, metadata={"help": "sampling and search seed", "range": ">= 0"})
+    p: tuple[float, ...] = field(default=(1.0, 1.2, 2.0), metadata={"help": "fast_p thresholds", "range": "> 0"})
+
+    def __post_init__(self):
+        if self.k < 1 or self.turns < 0 or not self.budgets or min(self.budgets) < 1:
+            raise InputError(f"need k >= 1, turns >= 0 and budgets >= 1, got k={self.k}, turns={self.turns}, "
+                             f"budgets={self.budgets}")

@@ -1,0 +1,244 @@
+"""The report's numbers: pure functions of what was judged, no evaluator, no files.
+
+    pass_at_k(n, c, k), geomean(xs), stats(speedups), fast_p(latencies, baselines, p)
+    metrics(attempts, turns, baselines, config, held, rl_vs_sft) -> results.Report
+    search_curves(report)                       # {system: {budget N: Ratio}}, for the figures and tables
+
+The definitions are in `dragonlab/reporting/report.py`'s docstring and docs/report.md.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+from dragonlab.learn.attempts import Attempt, summary
+from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
+from dragonlab.reporting.compare import ModelComparison
+from dragonlab.reporting.config import ReportConfig
+from dragonlab.reporting.results import (PAPER, Audit, BaselineMetrics, BestOfKCurve, BestOfKPoint, Match, Ratio,
+                                         Report, SeededSearch, Stats, SummaryRow, SystemMetrics, TaskMetrics,
+                                         TurnCurve, TurnPoint, WorkloadKernel, from_json)
+
+# --- the measures ---------------------------------------------------------------------------------
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n attempts of which c are correct (Chen et al., 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def geomean(xs) -> float | None:
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def stats(speedups: list[float | None]) -> Stats:
+    """Geomean, mean and median of speedups where None (incorrect) counts as 1, and the geomean
+    of the correct ones alone."""
+    counted = [s if s else 1.0 for s in speedups]
+    correct = [s for s in speedups if s]
+    return Stats(n=len(speedups), correct=len(correct), geomean=geomean(counted),
+                 mean=sum(counted) / len(counted) if counted else None,
+                 median=statistics.median(counted) if counted else None, geomean_correct=geomean(correct))
+
+
+def fast_p(latencies: list[float | None], baselines: list[float | None], p: float) -> float | None:
+    """Share of kernels that are correct (a latency) and faster than p x their baseline."""
+    pairs = [(t, b) for t, b in zip(latencies, baselines) if b]
+    return sum(bool(t) and b / t > p for t, b in pairs) / len(pairs) if pairs else None
+
+
+def search_curves(report: Report) -> dict[str, dict[int, Ratio]]:
+    """{system: {budget: ratio}} of every system and baseline that is compared with MetaSchedule
+    at N trials (not search itself, nor the seeded search: it ran at one budget)."""
+    curves = dict(report.best_of_k_vs_metaschedule)
+    curves.update({name: b.vs_metaschedule for name, b in report.baselines.items()
+                   if name not in curves and not name.startswith(("metaschedule@", "unscheduled"))
+                   and "seeded" not in name})
+    return curves
+
+
+# --- metrics over everything judged --------------------------------------------------------------
+
+def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], base: dict, config: ReportConfig,
+            held: list[str], rl_vs_sft: ModelComparison | None) -> Report:
+    """The report's numbers. `attempts` and `turns` by system; `base`: {baseline: {workload key:
+    baselines.jsonl line}}, and "_search": {key: {"seconds", "latencies"}} of the plain search;
+    `held`: the held-out workload keys. Where they came from (run, target, ...) is left empty."""
+    unscheduled = {k: _latency(d) for k, d in base.get("unscheduled", {}).items()}
+    budgets = sorted(config.budgets)
+    ms = {n: {k: _latency(d) for k, d in base.get(f"metaschedule@{n}", {}).items()} for n in budgets}
+    search = base.get("_search", {})
+    systems, best_of_k, versus, to_match, curves = {}, {}, {}, {}, {}
+    for name, group in attempts.items():
+        systems[name] = _system(group, unscheduled, ms, config)
+        best = _best_of(group, CONSTRUCTION, config.k)
+        best_of_k[name] = best
+        versus[name] = _versus(best, ms, held)
+        to_match[name] = _to_match(best, search)
+        curves[name] = _curve(group, unscheduled, config.k)
+    baselines = {}
+    for system, by_key in base.items():
+        if system.startswith("_"):
+            continue
+        lat = [_latency(by_key.get(k, {})) for k in held]
+        ref = [unscheduled.get(k) for k in held]
+        baselines[system] = BaselineMetrics(
+            workloads=len(held), correct=sum(bool(t) for t in lat) / len(held),
+            speedup_vs_unscheduled=stats([b / t if t and b else None for t, b in zip(lat, ref)]),
+            fast_p_vs_unscheduled={p: fast_p(lat, ref, p) for p in config.p},
+            vs_metaschedule={n: _ratio({k: _latency(by_key.get(k, {})) for k in held}, ms[n], held) for n in budgets},
+            per_workload={k: WorkloadKernel(_latency(by_key.get(k, {})),
+                                            (by_key.get(k) or {}).get("evaluation", {}).get("stage")) for k in held})
+        if system.startswith("random"):
+            versus[system] = baselines[system].vs_metaschedule
+    seeded, names = None, [s for s in base if "seeded" in s]
+    if names:
+        top = max(budgets)
+        s = {k: _latency(d) for k, d in base[names[0]].items()}
+        seeded = SeededSearch(names[0], top, _ratio(s, ms[top], held),
+                              {k: d.get("seeded") for k, d in base[names[0]].items()})
+    return Report(config=config, paper=PAPER, held_out_workloads=len(held), systems=systems, baselines=baselines,
+                  best_of_k=best_of_k, best_of_k_vs_metaschedule=versus, trials_to_match=to_match,
+                  turns={name: _turn_curve(rows, unscheduled, config.turns) for name, rows in turns.items()},
+                  best_of_k_curve=curves, rl_vs_sft=rl_vs_sft, audit=_audit(attempts, base), seeded_search=seeded,
+                  search_seconds={k: v.get("seconds") for k, v in search.items()})
+
+
+def _latency(d: dict) -> float | None:
+    lat = (d.get("evaluation") or {}).get("latencies")
+    return statistics.median(lat) if lat else None
+
+
+def _system(group: list[Attempt], unscheduled: dict, ms: dict, config: ReportConfig) -> SystemMetrics:
+    tasks = {}
+    for task in (CONSTRUCTION, REFINEMENT, "all"):
+        g = [a for a in group if task in ("all", a.task)]
+        if not g:
+            continue
+        by_prompt = defaultdict(list)
+        for a in g:
+            by_prompt[(a.split, a.index)].append(a.evaluation.correct)
+        n = min(len(v) for v in by_prompt.values())
+        lat = [a.evaluation.latency for a in g]
+        ref = [unscheduled.get(a.workload) for a in g]
+        fast = {"unscheduled": {p: fast_p(lat, ref, p) for p in config.p}}
+        for budget, by_key in ms.items():
+            fast[f"metaschedule@{budget}"] = {p: fast_p(lat, [by_key.get(a.workload) for a in g], p) for p in config.p}
+        versus_input = None
+        if task == REFINEMENT:
+            inputs = [a.evaluation.reference_latency if a.evaluation.latency else None for a in g]
+            fast["input script"] = {p: fast_p(lat, inputs, p) for p in config.p}
+            versus_input = stats([a.evaluation.speedup for a in g])
+        tasks["overall" if task == "all" else task] = TaskMetrics(
+            attempts=len(g), prompts=len(by_prompt), correct=sum(a.evaluation.correct for a in g) / len(g),
+            pass_at_k={k: sum(pass_at_k(len(v), sum(v), k) for v in by_prompt.values()) / len(by_prompt)
+                       for k in (1, 2, 4, 8, 16) if k <= n},
+            speedup_vs_unscheduled=stats([b / t if t and b else None for t, b in zip(lat, ref)]),
+            fast_p=fast, speedup_vs_input=versus_input)
+    return SystemMetrics(summary=tuple(from_json(SummaryRow, row) for row in summary(group)), **tasks)
+
+
+def _best_of(group: list[Attempt], task: str, k: int) -> dict[str, float | None]:
+    """Per workload: the fastest correct kernel among the first k attempts at its prompts of `task`."""
+    best: dict[str, float | None] = {}
+    for a in group:
+        if a.task != task or a.sample >= k:
+            continue
+        t = a.evaluation.latency
+        best.setdefault(a.workload, None)
+        if t and (best[a.workload] is None or t < best[a.workload]):
+            best[a.workload] = t
+    return best
+
+
+def _ratio(lat: dict, ref: dict, held: list[str]) -> Ratio:
+    pairs = [(lat.get(k), ref.get(k)) for k in held]
+    both = [t / r for t, r in pairs if t and r]
+    return Ratio(geomean_latency_ratio=geomean(both), workloads=len(both),
+                 no_correct_kernel=sum(not t for t, _ in pairs), no_search_kernel=sum(not r for _, r in pairs))
+
+
+def _versus(best: dict, ms: dict, held: list[str]) -> dict[int, Ratio]:
+    return {n: _ratio(best, by_key, held) for n, by_key in ms.items()}
+
+
+def _to_match(best: dict, search: dict) -> dict[str, Match]:
+    from dragonlab.search.baselines import SearchRun
+
+    out = {}
+    for key, t in best.items():
+        info = search.get(key)
+        if not t or not info:
+            continue
+        lat = info["latencies"]
+        n = SearchRun(key, lat, [None] * len(lat), info.get("seconds")).trials_to_reach(t)
+        secs = info["seconds"] * n / len(lat) if n and info.get("seconds") else None
+        out[key] = Match(trials=n, seconds=secs, searched=len(lat))
+    return out
+
+
+def _curve(group: list[Attempt], unscheduled: dict, k: int) -> BestOfKCurve:
+    """Best-of-j for j = 1..k: geomean speedup (incorrect = 1) of the best correct kernel among
+    the first j attempts at each construction prompt, and pass@j."""
+    prompts = defaultdict(list)
+    for a in sorted(group, key=lambda a: a.sample):
+        if a.task == CONSTRUCTION:
+            prompts[(a.split, a.index)].append(a)
+    curve = []
+    for j in range(1, k + 1):
+        speedups, passed = [], []
+        for tries in prompts.values():
+            lat = [a.evaluation.latency for a in tries[:j] if a.evaluation.latency]
+            ref = unscheduled.get(tries[0].workload)
+            speedups.append(ref / min(lat) if lat and ref else None)
+            passed.append(any(a.evaluation.correct for a in tries[:j]))
+        if prompts:
+            curve.append(BestOfKPoint(k=j, geomean_speedup=stats(speedups).geomean, solved=sum(passed) / len(passed)))
+    return BestOfKCurve(prompts=len(prompts), points=tuple(curve))
+
+
+def _turn_curve(rows: list[dict], unscheduled: dict, turns: int) -> TurnCurve:
+    """After t turns: geomean over construction prompts of the best speedup so far (incorrect = 1)."""
+    by_prompt = defaultdict(dict)
+    for r in rows:
+        by_prompt[(r["split"], r["index"])][r["turn"]] = r
+    points = []
+    for t in range(turns + 1):
+        speedups = []
+        for per_turn in by_prompt.values():
+            lat = [per_turn[i]["latency"] for i in range(t + 1) if i in per_turn and per_turn[i]["latency"]]
+            ref = unscheduled.get(next(iter(per_turn.values()))["workload"])
+            speedups.append(ref / min(lat) if lat and ref else None)
+        if by_prompt:
+            points.append(TurnPoint(turn=t, geomean_speedup=stats(speedups).geomean,
+                                    correct=sum(bool(s) for s in speedups) / len(speedups)))
+    return TurnCurve(prompts=len(by_prompt), points=tuple(points))
+
+
+def _audit(attempts: dict[str, list[Attempt]], base: dict) -> Audit:
+    """Speedups above the evaluator's threshold, and scripts that decode but do not re-encode to
+    the same trace (there must be none)."""
+    from dragonlab.core import codec
+
+    suspicious, not_exact, decoded = [], [], 0
+    for name, group in attempts.items():
+        for a in group:
+            if a.evaluation.suspicious:
+                suspicious.append({"system": name, "split": a.split, "index": a.index, "sample": a.sample,
+                                   "speedup": a.evaluation.speedup})
+            try:
+                plain = codec.decode(a.script)
+            except codec.CodecError:
+                continue
+            decoded += 1
+            if codec.decode(codec.encode(plain)) != plain:
+                not_exact.append({"system": name, "split": a.split, "index": a.index, "sample": a.sample})
+    for system, by_key in base.items():
+        for key, d in by_key.items():
+            if isinstance(d, dict) and (d.get("evaluation") or {}).get("suspicious"):
+                suspicious.append({"system": system, "workload": key})
+    return Audit(suspicious=tuple(suspicious), decoded=decoded, round_trip_failures=tuple(not_exact))
