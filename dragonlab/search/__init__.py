@@ -4,7 +4,7 @@ corpus, its benchmark split and MetaSchedule databases)."""
 from dragonlab.core.exports import lazy
 
 __getattr__, __dir__, __all__ = lazy(__name__, {
-    "CollectConfig": "collect", "collect": "collect",
+    "CollectConfig": "config", "MeasureConfig": "config", "collect": "collect",
     "RecordStore": "records", "Record": "records", "merge": "records",
     "Benchmark": "benchmark", "design_spaces": "explore", "sample_traces": "explore",
 })

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,26 +63,28 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
     """MetaSchedule search on each workload for `trials` measured candidates, into the record
     store `root` (resumes). `seeds[key]`: (plain trace, latencies) of kernels that start the
     search's database; they are the run's first candidates and count against `trials`."""
-    from dragonlab.search.collect import CollectConfig, collect
+    from dragonlab.search.collect import collect
+    from dragonlab.search.config import CollectConfig
 
     spec = get_target(target)
     store = RecordStore(root, create=True)
     times_file = Path(root) / "seconds.jsonl"
-    times = _read_times(times_file)
+    times = read_times(times_file)
     done = store.done()
-    for w in workloads:
-        if done.get((w.key, spec.name), 0) >= trials:
-            continue
-        have = store.records(target=spec.name, workload=w.key)
-        if seeds and not have:
-            picked = seeds.get(w.key, [])[:trials]
-            store.add_workloads([w])
-            store.append([Record(w.key, spec.name, trace, OK, tuple(lat), source="model") for trace, lat in picked])
-        start = time.monotonic()
-        collect([w], spec, store, CollectConfig(trials=trials, seed=seed), progress=progress)
-        if not have:  # a resumed search's wall time is unknown
-            times[w.key] = time.monotonic() - start
-            append_lines(times_file, [{"workload": w.key, "seconds": times[w.key]}])
+    todo = [w for w in workloads if done.get((w.key, spec.name), 0) < trials]
+    fresh = {w.key for w in todo if not store.records(target=spec.name, workload=w.key)}
+    if seeds:
+        store.add_workloads([w for w in todo if w.key in fresh])
+        store.append([Record(w.key, spec.name, trace, OK, tuple(lat), source="model")
+                      for w in todo if w.key in fresh for trace, lat in seeds.get(w.key, [])[:trials]])
+
+    def finished(key: str, seconds: float) -> None:
+        if key in fresh:  # a resumed search's wall time is unknown
+            times[key] = seconds
+            append_lines(times_file, [{"workload": key, "seconds": seconds}])
+
+    if todo:  # one collection for all: its builder and runner start once, not once per workload
+        collect(todo, spec, store, CollectConfig(trials=trials, seed=seed), progress=progress, on_done=finished)
     out = {}
     for w in workloads:
         records = store.records(target=spec.name, workload=w.key)
@@ -95,7 +96,7 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
     return out
 
 
-def _read_times(path: Path) -> dict[str, float]:
+def read_times(path: Path) -> dict[str, float]:
     return dict(read_lines(path, lambda d: (d["workload"], d["seconds"]))) if path.exists() else {}
 
 

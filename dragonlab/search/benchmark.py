@@ -117,7 +117,7 @@ def define(workloads: list[Workload], *, name: str, held_out: tuple[str, ...] = 
     names = {w.key: w.name for w in workloads}
     doc = (f"The {name} benchmark: {len(splits['test'])} test workloads (unseen shapes of trained families), "
            f"{len(splits['test_family'])} of the held-out families {', '.join(held_out)}, and "
-           f"{len(splits['validation'])} validation workloads of both kinds. Written by dragonlab.search.benchmark.define "
+           f"{len(splits['validation'])} validation workloads of both kinds. Drawn by dragonlab's Benchmark.define "
            f"(seed {seed}); every report judges test and test_family unless told otherwise.")
     long = tuple(firsts[:SEARCH_LONG])
     rest = tuple(k for k in splits["test"] + splits["test_family"] if k not in long)

@@ -5,7 +5,8 @@ scheduler (generate candidates, build, run, notify the search strategy, update t
 model, commit to the database) so that it can (a) write every candidate, not just the best,
 to the append-only store as soon as its batch is measured, (b) retry timeouts instead of
 storing them as failures, and (c) resume a killed run: records already on disk are loaded into
-the search's database and count against the trial budget.
+the search's database and count against the trial budget. Its settings, `CollectConfig`, live in
+`dragonlab.search.config` (no TVM import).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import logging
 import random
 import sys
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import tvm.s_tir.meta_schedule as ms
 from tvm.s_tir import Schedule
@@ -21,25 +24,14 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.schedule import Trace
 
 from dragonlab.core.codec import to_plain
-from dragonlab.core.errors import InputError
+from dragonlab.core.errors import InputError, one_line
 from dragonlab.core.progress import progress_bar
 from dragonlab.core.targets import TargetSpec
 from dragonlab.core.workloads import Workload
+from dragonlab.search.config import CollectConfig
 from dragonlab.search.explore import tune_context
-from dragonlab.search.measure import MeasureConfig, Measurer, make_runner
+from dragonlab.search.measure import Measurer, make_runner
 from dragonlab.search.records import MS_FAILURE_SECS, OK, TIMEOUT, Record, RecordStore, classify_error
-
-
-@dataclass(frozen=True)
-class CollectConfig:
-    trials: int = field(default=32, metadata={"help": "measured candidates per workload"})
-    trials_per_round: int = field(default=16, metadata={"help": "candidates per search round (one batch)"})
-    seed: int = field(default=0, metadata={"help": "search seed; one workload's seed derives from it and its key"})
-    runner: str = field(default="local", metadata={"help": "'local' or 'rpc'"})
-    tracker: str | None = field(default=None, metadata={"help": "HOST:PORT of the RPC tracker (rpc runner)"})
-    key: str | None = field(default=None, metadata={"help": "device key registered at the tracker (rpc runner)"})
-    search_threads: int | str = field(default="physical", metadata={"help": "threads of the evolutionary search and cost model ('physical' = physical cores, as tune_tir)"})
-    measure: MeasureConfig = MeasureConfig()
 
 
 @dataclass
@@ -48,6 +40,7 @@ class CollectSummary:
     skipped: int = 0  # workloads already finished in the store
     timeouts: int = 0
     failed_workloads: list[str] = field(default_factory=list)  # "name: reason"
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time of each workload searched in this run
 
 
 def shard(workloads: list[Workload], spec: str | None) -> list[Workload]:
@@ -92,8 +85,10 @@ def shard_name(spec: str) -> str:
 
 
 def collect(workloads: list[Workload], target: TargetSpec, store: RecordStore,
-            config: CollectConfig = CollectConfig(), *, progress: bool = True) -> CollectSummary:
-    """Tune each workload for `config.trials` measured candidates, appending every one to `store`."""
+            config: CollectConfig = CollectConfig(), *, progress: bool = True,
+            on_done: Callable[[str, float], None] | None = None) -> CollectSummary:
+    """Tune each workload for `config.trials` measured candidates, appending every one to `store`.
+    `on_done(key, seconds)` is called as each workload searched in this run finishes."""
     _quiet_metaschedule()
     store.add_workloads(workloads)
     done = store.done()
@@ -108,10 +103,14 @@ def collect(workloads: list[Workload], target: TargetSpec, store: RecordStore,
                 bar.update(config.trials)
                 continue
             bar.set_description(w.name)
+            start = time.monotonic()
             try:
                 _collect_one(w, target, store, config, measurer, bar, summary)
+                summary.seconds[w.key] = time.monotonic() - start
+                if on_done:
+                    on_done(w.key, summary.seconds[w.key])
             except Exception as e:  # one broken workload must not end a long collection
-                summary.failed_workloads.append(f"{w.name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                summary.failed_workloads.append(f"{w.name}: {one_line(e)}")
     finally:
         bar.close()
         measurer.close()
@@ -139,7 +138,8 @@ def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: Co
 
     if remaining > 0:
         rand_state = random.Random(f"{config.seed}/{w.key}/{target.name}/{next_round}").randrange(1, 2**31 - 1)
-        ctx = tune_context(w.mod, tvm_target, seed=rand_state, search_strategy="evolutionary", task_name=w.name,
+        strategy = ms.search_strategy.EvolutionarySearch(population_size=config.population)
+        ctx = tune_context(w.mod, tvm_target, seed=rand_state, search_strategy=strategy, task_name=w.name,
                            num_threads=config.search_threads)
         cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=ctx.num_threads)
         ctx.pre_tuning(max_trials=remaining, num_trials_per_iter=min(config.trials_per_round, remaining),

@@ -64,7 +64,7 @@ def _first_schedule(workload: Workload, target: str | TargetSpec):
     tvm_target = spec.tvm()
     for rule in rules(spec):
         # A fresh copy for every rule, as a guard: TVM 0.27 schedules can change the module they
-        # were made from (see evaluate.worker_module), and rules start scheduling before they
+        # were made from (see replay.worker_module), and rules start scheduling before they
         # decide (GEMV inlines, then may give up). On the quick suite the rules left the
         # original intact; ApplyDefaultSchedule itself does not. The copy has no "target"
         # attribute (ApplyDefaultSchedule would read one), so the result stays structurally

@@ -33,7 +33,7 @@ def tvm_target(target):
     return target if isinstance(target, Target) else Target(target)
 
 
-def tune_context(mod, target, *, seed: int = 42, search_strategy: str = "replay-trace", task_name: str = "main",
+def tune_context(mod, target, *, seed: int = 42, search_strategy="replay-trace", task_name: str = "main",
                  num_threads: int | str = 1):
     """A MetaSchedule TuneContext with the target's default rules, postprocessors and mutators.
 
@@ -41,7 +41,7 @@ def tune_context(mod, target, *, seed: int = 42, search_strategy: str = "replay-
     16-22 s, once per process). MetaSchedule's rules for an llvm target that names no CPU or
     features (`plain_llvm`) tensorize nothing, so for such a target that module is stood in for
     while the context is made: a fresh collection process or notebook kernel saves the import
-    (tests/test_collect.py checks that the design spaces are the same). Other targets import it.
+    (tests/search/test_collect.py checks that the design spaces are the same). Other targets import it.
     """
     import sys
     import types

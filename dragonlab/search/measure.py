@@ -7,7 +7,8 @@ pool for its lifetime and builds with `fast_build`, which skips that import: a s
 already been tensorized by the time it is built, so the intrinsic registry is not needed.
 
 Every wait is bounded: a build or run that exceeds its limit becomes a result whose error says
-"Timeout", which collection retries and never stores as a schedule failure.
+"Timeout", which collection retries and never stores as a schedule failure. The settings,
+`MeasureConfig`, live in `dragonlab.search.config` (no TVM import).
 """
 
 from __future__ import annotations
@@ -15,38 +16,21 @@ from __future__ import annotations
 import shutil
 import socket
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.builder.local_builder import default_export
-from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner, RunnerInput, RunnerResult
+from tvm.s_tir.meta_schedule.runner import LocalRunner, RPCConfig, RPCRunner, RunnerInput, RunnerResult
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from dragonlab.core.errors import InputError, UnavailableError
+from dragonlab.search.config import MeasureConfig, parse_tracker
 
 
 class RunnerUnavailableError(UnavailableError):
     """The RPC tracker cannot be reached, or has no server for the key."""
-
-
-@dataclass(frozen=True)
-class MeasureConfig:
-    """How candidates are built and timed. Defaults run on a 2-core laptop."""
-
-    number: int = field(default=3, metadata={"help": "kernel calls averaged into one repeat"})
-    repeat: int = field(default=3, metadata={"help": "repeats kept per candidate (the latency spread)"})
-    min_repeat_ms: int = field(default=40, metadata={"help": "grow `number` until a repeat lasts this long"})
-    build_timeout_sec: float = field(default=30.0, metadata={"help": "limit for one build"})
-    run_timeout_sec: float = field(default=30.0, metadata={"help": "limit for one run, all repeats"})
-    retries: int = field(default=2, metadata={"help": "times a timed-out build or run is tried again"})
-    builder_workers: int | None = field(default=None, metadata={"help": "build processes; None = all cores"})
-
-    def evaluator(self) -> EvaluatorConfig:
-        return EvaluatorConfig(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
-                               enable_cpu_cache_flush=False)
 
 
 def fast_build(mod: tvm.IRModule, target: tvm.target.Target, _params=None) -> tvm.runtime.Module:
@@ -86,13 +70,6 @@ class PooledBuilder(PyBuilder):
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
-
-
-def parse_tracker(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise InputError(f"--tracker must be HOST:PORT, got {text!r}")
-    return host, int(port)
 
 
 def check_tracker(host: str, port: int, key: str, *, timeout_sec: float = 10.0) -> int:

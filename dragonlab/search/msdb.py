@@ -21,7 +21,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.schedule import Trace
 
 from dragonlab.core.codec import to_plain
-from dragonlab.core.errors import InputError
+from dragonlab.core.errors import InputError, one_line
 from dragonlab.core.targets import get_target, name_of
 from dragonlab.core.workloads import Workload
 from dragonlab.search.records import (FAILED, MS_FAILURE_SECS, OK, TIMEOUT, UNMEASURED, Record, RecordFormatError,
@@ -66,7 +66,7 @@ def read_database(path: Path) -> tuple[list[Workload], list[Record]]:
             tuning_records = open_db()
     except Exception as e:  # TVM raises its own error types from C++ parsing
         raise RecordFormatError(f"{path}: not a readable MetaSchedule database: "
-                                f"{str(e).strip().splitlines()[-1]}") from None
+                                f"{one_line(e, last=True, typed=False)}") from None
     workloads: dict[str, Workload] = {}
     records = []
     source = f"import:{path.name}"

@@ -1,0 +1,263 @@
+"""Flags and values from config dataclasses: what every command module builds its parser with.
+
+    p = command(sub, "sft", "fine-tune", configs=[SFTConfig])   # --max-steps, --learning-rate, ...
+    p.add_argument("--data", type=Path, required=True)             # the command's own flags
+    ...
+    config = config_from(SFTConfig, args)                          # SFTConfig's checks, then the ranges
+
+A config's fields are the one statement of a setting: `transformers.HfArgumentParser` turns each
+field into a flag whose type, default, choices and help come from the field (its `metadata`
+holds `help` and, where they apply, `choices` and `range`). The spelling shown is `--max-steps`;
+`--max_steps` is accepted too. Fields that are dataclasses themselves (`measure`, `reward`) get
+no flags.
+
+`range` (one of RANGES) says which numbers a field takes. The config's own `__post_init__` is
+the authority and runs first; the range then refuses what the config lets through, naming the
+flag ("--trials must be positive, got 0"). A float with a sign range is refused while parsing
+("expected a positive finite number, got 'nan'"): `float` takes nan, which passes any `<= 0`
+check. The campaign files check their values with the same ranges (`expected`, `within`).
+
+Nothing heavy is imported here: building a command's parser imports its configs (some import
+TVM) and transformers (about 1.5 s), and only for the command being run (dragonlab.cli.app).
+A field's `choices` may be a function returning them, for names that live in heavy modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import MISSING
+from typing import Callable
+
+from dragonlab.core.errors import InputError
+
+
+class UsageError(InputError):
+    """A bad combination of flags, or a path the command cannot use."""
+
+
+# range -> (what a value "must be", what test it passes); each is written in field metadata.
+RANGES = {
+    "> 0": ("positive", lambda v: v > 0),
+    ">= 0": ("non-negative", lambda v: v >= 0),
+    "(0, 1)": ("between 0 and 1 (exclusive)", lambda v: 0 < v < 1),
+    "[0, 1)": ("a share in [0, 1)", lambda v: 0 <= v < 1),
+}
+SIGNS = ("> 0", ">= 0")  # the ranges a float flag checks while parsing
+METAVARS = {int: "N", float: "X"}
+
+
+# --- values ----------------------------------------------------------------------------------------
+
+def expected(kind: type, range_: str | None = None) -> str:
+    """What a value of this type and range is, for "expected ...": "a positive integer"."""
+    if kind is bool:
+        return "true or false"
+    if kind is str:
+        return "a non-empty string"
+    noun = "integer" if kind is int else "finite number"
+    if range_ in SIGNS:
+        return f"a {RANGES[range_][0]} {noun}"
+    if range_:
+        return f"a number in {range_}"
+    return f"an {noun}" if kind is int else f"a {noun}"
+
+
+def within(value, kind: type, range_: str | None = None) -> bool:
+    """Whether `value` (as a TOML or JSON reader gives it) is of the type and in the range."""
+    if kind is bool or kind is str:
+        return isinstance(value, kind) and (kind is bool or value.strip() != "")
+    if isinstance(value, bool) or not isinstance(value, int if kind is int else (int, float)):
+        return False
+    if not math.isfinite(value):
+        return False
+    return range_ is None or RANGES[range_][1](value)
+
+
+def number(range_: str | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite float, in `range_` (one of SIGNS) if given."""
+    what = expected(float, range_)
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not within(value, float, range_):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    parse.__name__ = "number"  # argparse names the type in some messages
+    return parse
+
+
+def require(flag: str, value, range_: str) -> None:
+    """Refuse a value outside `range_` after parsing: UsageError "--n must be positive, got 0"."""
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    for v in values:
+        if v is not None and not RANGES[range_][1](v):
+            raise UsageError(f"{flag} must be {RANGES[range_][0]}, got {v}")
+
+
+def choices_of(metadata) -> tuple | None:
+    """A field's `choices`: a tuple, or a function that returns one (names that live in heavy modules)."""
+    c = metadata.get("choices")
+    return tuple(c()) if callable(c) else c
+
+
+# --- field types -----------------------------------------------------------------------------------
+
+def field_type(hint) -> tuple[type | tuple, bool]:
+    """(the type a value has, whether the field is a tuple of those) of a type hint, None left
+    out (a flag or a TOML key that is absent is the default): `tuple[int, ...] | None` -> (int,
+    True); a union of several types -> a tuple of them."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        rest = tuple(a for a in typing.get_args(hint) if a is not type(None))
+        if len(rest) > 1:
+            return rest, False
+        hint = rest[0]
+    if typing.get_origin(hint) is tuple:
+        return typing.get_args(hint)[0], True
+    return hint, False
+
+
+def hints(cls) -> dict:
+    """The resolved type of every field (the configs' modules postpone their annotations)."""
+    return typing.get_type_hints(cls)
+
+
+def flag_fields(cls, skip=()) -> list[dataclasses.Field]:
+    """The fields of `cls` that become flags: every init field but nested dataclasses and `skip`."""
+    types_ = hints(cls)
+    return [f for f in dataclasses.fields(cls) if f.init and f.name not in skip
+            and not dataclasses.is_dataclass(field_type(types_[f.name])[0])]
+
+
+def default_of(cls, name: str):
+    """A field's default, for a flag that is not the field itself (`collect --timeout`)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+# --- flags -----------------------------------------------------------------------------------------
+
+class Given(argparse.Action):
+    """Stores the value, and notes its field in `args.given`: a command that must know whether a
+    flag was written (not just its value) asks `given(args)`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = given(namespace) | {self.dest}
+
+
+def given(args) -> frozenset:
+    return getattr(args, "given", frozenset())
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default, except None and an unset switch (their help says what they mean)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or (action.default is False and action.nargs == 0):
+            return action.help
+        if isinstance(action.default, (tuple, list)):  # as it is typed: "8 32 128", not "(8, 32, 128)"
+            shown = " ".join(map(str, action.default)).replace("%", "%%")
+            return f"{action.help} (default: {shown})"
+        return super()._get_help_string(action)
+
+
+def config_flags(cls, *, skip=(), aliases=None, ranges=None) -> argparse.ArgumentParser:
+    """A parent parser (no -h) with one flag per field of the config dataclass `cls`, in a help
+    section named after it. `aliases`: field -> extra spellings; `ranges`: field -> range, for a
+    config whose fields do not carry theirs."""
+    from transformers import HfArgumentParser  # about 1.5 s: only for the command being run
+
+    types_, aliases, ranges = hints(cls), aliases or {}, ranges or {}
+    view = dataclasses.make_dataclass(f"{cls.__name__}Flags", [
+        _flag(f, types_[f.name], aliases.get(f.name), ranges.get(f.name)) for f in flag_fields(cls, skip)])
+    view._argument_group_name = f"{cls.__name__} ({cls.__module__})"  # HfArgumentParser's help section
+    return HfArgumentParser(view, add_help=False)
+
+
+def _flag(f: dataclasses.Field, hint, aliases, range_) -> tuple:
+    """The field of the flag dataclass that HfArgumentParser reads: a field whose type is the
+    argparse type (HfArgumentParser passes it on), a list for a tuple (it knows lists), and the
+    metadata argparse takes."""
+    kind, many = field_type(hint)
+    range_ = range_ or f.metadata.get("range")
+    meta = {"help": f.metadata.get("help", "").replace("%", "%%")}  # argparse %-formats help
+    if choices_of(f.metadata):
+        meta["choices"] = choices_of(f.metadata)
+    if aliases:
+        meta["aliases"] = aliases
+    default = f.default if f.default is not MISSING else f.default_factory()
+    if kind is bool:
+        if default is not True:  # HfArgumentParser's --no-x switch for a True default takes neither
+            meta["action"], meta["metavar"] = Given, "BOOL"  # --x alone is --x true
+        return f.name, bool, dataclasses.field(default=default, metadata=meta)
+    meta["action"] = Given
+    if kind in METAVARS and "choices" not in meta:
+        meta["metavar"] = METAVARS[kind]
+    parse = _parser_of(kind, range_)
+    if many:  # default_factory: make_dataclass refuses a mutable default, and HfArgumentParser wants one
+        return f.name, list[parse], dataclasses.field(default_factory=lambda: default, metadata=meta)
+    return f.name, parse, dataclasses.field(default=default, metadata=meta)
+
+
+def _parser_of(kind, range_):
+    if isinstance(kind, tuple):  # `int | str`: the first type that takes the text
+        def parse(text: str):
+            for k in kind:
+                try:
+                    return k(text)
+                except ValueError:
+                    pass
+            raise argparse.ArgumentTypeError(f"expected one of the types {', '.join(k.__name__ for k in kind)}")
+        return parse
+    if kind is float:
+        return number(range_ if range_ in SIGNS else None)
+    return kind
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A subcommand: `add(sub, name, help)` adds its parser (importing what its flags come from)."""
+
+    name: str
+    help: str
+    add: Callable
+
+
+def command(sub, name: str, help: str, *, configs=(), description: str | None = None):
+    """A subcommand parser whose flags include those of `configs` (config classes, or parent
+    parsers from `config_flags` for a config with options). Flags show only their `--a-b`
+    spelling; the `--a_b` spelling HfArgumentParser adds is still accepted."""
+    parents = [c if isinstance(c, argparse.ArgumentParser) else config_flags(c) for c in configs]
+    p = sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
+                       parents=parents, formatter_class=HelpFormatter)
+    for action in p._actions:  # argparse has no public list of its actions
+        spelled = [s for s in action.option_strings if "_" not in s]
+        if spelled:  # errors and help name the flag as the documentation spells it
+            action.option_strings = spelled
+    return p
+
+
+def config_from(cls, args, *, ranges=None, **overrides):
+    """The config from the parsed flags (see config_flags): its own checks first, then the
+    fields' ranges, naming the flag."""
+    types_, ranges = hints(cls), ranges or {}
+    values = {}
+    for f in flag_fields(cls):
+        if hasattr(args, f.name):
+            value = getattr(args, f.name)
+            values[f.name] = tuple(value) if isinstance(value, list) and field_type(types_[f.name])[1] else value
+    values.update(overrides)
+    config = cls(**values)
+    for f in flag_fields(cls):
+        range_ = ranges.get(f.name) or f.metadata.get("range")
+        if range_ and f.name in values:
+            require("--" + f.name.replace("_", "-"), values[f.name], range_)
+    return config
