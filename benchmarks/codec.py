@@ -17,9 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the shared trace corpus
 
-import trace_corpus  # noqa: E402
+from dragonlab.testing import trace_corpus  # noqa: E402
 
 from dragonlab.core import codec  # noqa: E402
 import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)

@@ -24,8 +24,8 @@ import tvm.s_tir.meta_schedule as ms
 import tvm.s_tir.tensor_intrin  # noqa: F401  (the one-off 16-22 s import, outside the timings)
 import xgboost  # noqa: F401
 
-from dragonlab.search.collect import CollectConfig, collect
-from dragonlab.search.measure import MeasureConfig
+from dragonlab.search.collect import collect
+from dragonlab.search.config import CollectConfig, MeasureConfig
 from dragonlab.search.records import MS_FAILURE_SECS, OK, RecordStore
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import suite

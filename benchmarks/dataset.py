@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from dragonlab.learn import dataset
+from dragonlab.learn.dataset_config import DatasetConfig
 from dragonlab.learn.prompts import PROMPT_FORMS, kernel_text
 from dragonlab.core.workloads import iter_suite, suite
 import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
@@ -69,7 +70,7 @@ def build_time(paths: list[Path]) -> None:
     workloads, records, sources = dataset.load_records(paths)
     load_s = time.perf_counter() - start
     start = time.perf_counter()
-    built = dataset.build(workloads, records, dataset.DatasetConfig(), sources=sources)
+    built = dataset.build(workloads, records, DatasetConfig(), sources=sources)
     build_s = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as d:
         start = time.perf_counter()
@@ -104,7 +105,8 @@ def main() -> None:
         if demo.is_dir():
             paths = [demo]
         else:
-            from dragonlab.search.collect import CollectConfig, collect
+            from dragonlab.search.collect import collect
+            from dragonlab.search.config import CollectConfig
             from dragonlab.search.records import RecordStore
             from dragonlab.core.targets import get_target
 

@@ -31,9 +31,10 @@ import tvm.s_tir.meta_schedule as ms
 import tvm.s_tir.tensor_intrin  # noqa: F401  (the host's one-off import, outside the timings)
 
 from dragonlab.core.codec import apply
-from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.evaluation.fuzz import sample_scripts
-from dragonlab.search.measure import MeasureConfig
+from dragonlab.search.config import MeasureConfig
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import suite
 

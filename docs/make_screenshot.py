@@ -1,9 +1,9 @@
 """Regenerate docs/comparison.png: `python docs/make_screenshot.py` runs notebooks/00_quickstart.ipynb
-in JupyterLab in headless Chromium (Debian's `chromium` and the playwright package, as tests/test_browser.py
+in JupyterLab in headless Chromium (Debian's `chromium` and the playwright package, as tests/reporting/test_browser.py
 does) and keeps the comparison cell's output.
 
 `python docs/make_screenshot.py --report runs/demo/report/report.html --out docs/report-page.png` takes
-the report page of a run instead, once every figure is drawn (as tests/test_report.py checks)."""
+the report page of a run instead, once every figure is drawn (as tests/reporting/test_report.py checks)."""
 
 import argparse
 import sys
@@ -11,9 +11,8 @@ import tempfile
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
-sys.path.insert(0, str(DOCS.parent / "tests"))
 
-import lab_browser  # noqa: E402  (tests/lab_browser.py)
+from dragonlab.testing import browser as lab_browser  # noqa: E402
 
 
 def main() -> None:

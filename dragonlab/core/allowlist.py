@@ -17,7 +17,7 @@ factor. So the evaluator checks every script against this allowlist before a wor
 - decisions are in range: tile factors positive, categorical indices within their candidates.
 
 The sets were taken from every trace MetaSchedule writes for the quick suite on llvm and cuda
-(design spaces, post-processed samples, tensor-core schedules, dlight); `tests/test_allowlist.py`
+(design spaces, post-processed samples, tensor-core schedules, dlight); `tests/core/test_allowlist.py`
 checks that all of them are still accepted. `refusal` returns the first reason, or None.
 """
 

@@ -4,6 +4,6 @@ turn the verdict into a reward. Also the red team that attacks this judge."""
 from dragonlab.core.exports import lazy
 
 __getattr__, __dir__, __all__ = lazy(__name__, {
-    "Evaluator": "evaluate", "Evaluation": "evaluate", "EvalConfig": "evaluate",
+    "Evaluator": "evaluate", "Evaluation": "evaluate", "EvalConfig": "config",
     "RewardConfig": "reward", "reward": "reward",
 })

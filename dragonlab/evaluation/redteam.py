@@ -175,7 +175,7 @@ def _ref(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _context(script: str) -> _Context:
+def context(script: str) -> _Context:
     lines = script.split("\n")
     cut = lines.index("postproc") if "postproc" in lines else len(lines)
     design = "\n".join(lines[:cut])
@@ -566,7 +566,7 @@ def red_team_cases() -> dict[str, list[Case]]:
 def apply_case(case: Case, script: str, rng: random.Random, post: bool = False) -> Mutant:
     """`case` applied to `script`: its lines appended to the design part (or after the
     post-processing part, `post`), or the whole script it makes."""
-    ctx = _context(script)
+    ctx = context(script)
     made = case.make(ctx, rng)
     if isinstance(made, str):
         return Mutant(made, case.label, case.refuse)

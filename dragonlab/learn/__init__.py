@@ -6,7 +6,7 @@ decoding, attempts judged by the evaluator, and general-purpose LLMs behind an A
 from dragonlab.core.exports import lazy
 
 __getattr__, __dir__, __all__ = lazy(__name__, {
-    "DatasetConfig": "dataset", "build_dataset": "dataset",
+    "DatasetConfig": "dataset_config", "build_dataset": "dataset",
     "SFTConfig": "sft", "RLConfig": "rl",
     "ChatModel": "llm", "ScriptConstraint": "constrain",
     "evaluate_attempts": "attempts", "summary": "attempts",

@@ -59,57 +59,19 @@ from dragonlab.core import codec
 from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import append_lines, read_json
 from dragonlab.core.workloads import Workload
-from dragonlab.learn.prompts import (CONSTRUCTION, DEFAULT_FORM, PROMPT_FORMS, REFINEMENT, TASKS, construction_prompt,
-                                     kernel_text, refinement_prompt)
+from dragonlab.learn.dataset_config import DatasetConfig
+from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, TASKS, construction_prompt, kernel_text, refinement_prompt
 from dragonlab.search import benchmark
 from dragonlab.search.benchmark import Benchmark
 from dragonlab.search.records import BUILD_ERROR, FAILED, OK, RUN_ERROR, TIMEOUT, Record, RecordStore, trace_text
 
 SPLITS = ("train", "validation", "test", "test_family")
-SCRIPT_FORMS = ("design", "full")
 FAILURES = (BUILD_ERROR, RUN_ERROR, FAILED)
 
 # Columns of every split, in order; input_* and speedup are null for construction examples.
 COLUMNS = {"task": "string", "prompt": "string", "completion": "string", "workload": "string", "name": "string",
            "family": "string", "target": "string", "input_script": "string", "input_latency": "float64",
            "output_latency": "float64", "speedup": "float64", "rank": "int32"}
-
-
-@dataclass(frozen=True)
-class DatasetConfig:
-    top_k: int = field(default=4, metadata={"help": "construction completions per workload and target: its k fastest scripts"})
-    margin: float = field(default=0.10, metadata={"help": "refinement outputs run at least this much faster "
-                                                          "(0.10: latency <= 0.9 x the input's)"})
-    pairs_per_workload: int = field(default=16, metadata={"help": "refinement pairs per workload and target, at most"})
-    strata: int = field(default=4, metadata={"help": "latency quantile bins that refinement inputs are drawn from"})
-    seed: int = field(default=0, metadata={"help": "seeds the split and the pair sampling"})
-    holdout_family: str | None = field(default=None, metadata={"help": "an op family held out as the test_family split"})
-    prompt_form: str = field(default=DEFAULT_FORM, metadata={"help": "how the kernel is shown: 'compact' or 'tvmscript'"})
-    scripts: str = field(default="design", metadata={
-        "help": "'design': scripts stop where post-processing starts, as MetaSchedule's search keeps them "
-                "(the target's post-processors write the rest, and the evaluator runs them); 'full': whole traces"})
-    validation: float = field(default=0.1, metadata={"help": "share of workloads in the validation split"})
-    test: float = field(default=0.1, metadata={"help": "share of workloads in the test split"})
-    benchmark: str | None = field(default=None, metadata={
-        "help": "a benchmark file: its test, test_family and validation workloads are those splits, "
-                "every other workload is train (replaces the hashed shares and holdout_family)"})
-
-    def __post_init__(self):
-        if self.benchmark is not None and self.holdout_family is not None:
-            raise InputError("benchmark and holdout_family exclude each other: the benchmark names its held-out families")
-        for name in ("top_k", "pairs_per_workload", "strata"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
-        if not 0 < self.margin < 1:
-            raise InputError(f"margin must be in (0, 1), got {self.margin!r}")
-        if not (0 <= self.validation and 0 <= self.test and self.validation + self.test < 1):
-            raise InputError(f"validation and test must be shares with validation + test < 1, "
-                             f"got {self.validation!r} and {self.test!r}")
-        if self.scripts not in SCRIPT_FORMS:
-            raise InputError(f"scripts must be one of {', '.join(SCRIPT_FORMS)}, got {self.scripts!r}")
-        if self.prompt_form not in PROMPT_FORMS:
-            raise InputError(f"prompt_form must be one of {', '.join(PROMPT_FORMS)}, got {self.prompt_form!r}")
 
 
 @dataclass(frozen=True)

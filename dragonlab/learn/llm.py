@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from dragonlab.core.errors import InputError, UnavailableError
 
-# Faithful to docs/codec.md and to what codec.py parses (tests/test_llm.py checks that every
+# Faithful to docs/codec.md and to what codec.py parses (tests/learn/test_llm.py checks that every
 # mnemonic is listed and that the example decodes); docs/ is not packaged, so it lives here.
 SCRIPT_LANGUAGE = """\
 A script is a MetaSchedule trace: one schedule instruction per line, replayed from top to bottom

@@ -36,9 +36,7 @@ from tvm.s_tir.stmt import SBlockRealize
 
 from dragonlab.core.errors import InputError
 from dragonlab.core.workloads import Workload
-
-PROMPT_FORMS = ("compact", "tvmscript")
-DEFAULT_FORM = "compact"
+from dragonlab.learn.dataset_config import DEFAULT_FORM, PROMPT_FORMS  # named there: DatasetConfig imports no TVM
 
 CONSTRUCTION, REFINEMENT = "construction", "refinement"
 TASKS = (CONSTRUCTION, REFINEMENT)

@@ -38,27 +38,34 @@ GENERATION = ("transformers", "vllm")
 
 @dataclass(frozen=True)
 class RLConfig:
-    max_steps: int = field(default=60, metadata={"help": "optimizer steps"})
-    learning_rate: float = field(default=1e-4, metadata={"help": "learning rate (constant after warm-up)"})
-    num_generations: int = field(default=4, metadata={"help": "scripts sampled per prompt (the GRPO group)"})
-    prompts_per_step: int = field(default=2, metadata={"help": "prompts per step"})
-    max_completion_length: int = field(default=640, metadata={"help": "tokens a script may take"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts"})
-    beta: float = field(default=0.04, metadata={"help": "KL coefficient against the SFT model (0 = no reference model)"})
-    save_steps: int = field(default=20, metadata={"help": "checkpoint every this many steps"})
-    logging_steps: int = field(default=1, metadata={"help": "log the reward's components every this many steps"})
-    seed: int = field(default=0, metadata={"help": "seeds shuffling and sampling"})
+    max_steps: int = field(default=60, metadata={"help": "optimizer steps", "range": "> 0"})
+    learning_rate: float = field(default=1e-4, metadata={"help": "learning rate (constant after warm-up)",
+                                                         "range": "> 0"})
+    num_generations: int = field(default=4, metadata={"help": "scripts sampled per prompt (the GRPO group)",
+                                                      "range": "> 0"})
+    prompts_per_step: int = field(default=2, metadata={"help": "prompts per step", "range": "> 0"})
+    max_completion_length: int = field(default=640, metadata={"help": "tokens a script may take", "range": "> 0"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts", "range": "> 0"})
+    beta: float = field(default=0.04, metadata={"help": "KL coefficient against the SFT model (0 = no reference model)",
+                                                "range": ">= 0"})
+    save_steps: int = field(default=20, metadata={"help": "checkpoint every this many steps", "range": "> 0"})
+    logging_steps: int = field(default=1, metadata={"help": "log the reward's components every this many steps",
+                                                    "range": "> 0"})
+    seed: int = field(default=0, metadata={"help": "seeds shuffling and sampling", "range": ">= 0"})
     constrained: bool = field(default=False, metadata={"help": "constrained decoding of the rollouts (constrain.py)"})
-    threads: int = field(default=1, metadata={"help": "torch threads"})
-    workers: int | None = field(default=None, metadata={"help": "evaluator worker processes; None = physical cores"})
-    report_to: str = field(default="none", metadata={"help": "also log the curves to: 'none' or 'tensorboard'"})
+    threads: int = field(default=1, metadata={"help": "torch threads", "range": "> 0"})
+    workers: int | None = field(default=None, metadata={"help": "evaluator worker processes; None = physical cores",
+                                                        "range": "> 0"})
+    report_to: str = field(default="none", metadata={"help": "also log the curves to: 'none' or 'tensorboard'",
+                                                     "choices": REPORT_TO})
     runner: str = field(default="local", metadata={"help": "time correct kernels here ('local') or on the devices "
-                                                           "behind TVM's RPC tracker ('rpc')"})
+                                                           "behind TVM's RPC tracker ('rpc')",
+                                                           "choices": ("local", "rpc")})
     tracker: str | None = field(default=None, metadata={"help": "HOST:PORT of the RPC tracker (rpc runner)"})
     key: str | None = field(default=None, metadata={"help": "device key at the tracker (rpc runner)"})
     generation: str = field(default="transformers", metadata={
         "help": "who generates the rollouts: 'transformers' (the model's generate) or 'vllm' (trl's vLLM "
-                "colocated engine; GPUs with vllm installed)"})
+                "colocated engine; GPUs with vllm installed)", "choices": GENERATION})
     reward: RewardConfig = RewardConfig()
 
     def __post_init__(self):
@@ -119,7 +126,7 @@ class ShapedReward:
         return [reward(e, self.config) for e in self.last]
 
 
-def _constrain_rollouts(model, tokenizer, rows, workloads, temperature: float):
+def constrain_rollouts(model, tokenizer, rows, workloads, temperature: float):
     """Every `model.generate` call (trl's rollouts) decodes through a ScriptConstraint. trl has
     no hook for logits processors, so the model's own `generate` gets one by default. A rollout
     that hits a dead end keeps its unfinished line: the reward judges what was generated."""
@@ -143,7 +150,8 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     from transformers.trainer_callback import PrinterCallback
 
     from dragonlab.core.progress import shown
-    from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+    from dragonlab.evaluation.config import EvalConfig
+    from dragonlab.evaluation.evaluate import Evaluator
     from dragonlab.learn import dataset, models
     _check_generation(config.generation)
     torch.set_num_threads(config.threads)
@@ -171,7 +179,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     own = evaluator is None
     evaluator = evaluator or Evaluator(target, EvalConfig(workers=config.workers, runner=config.runner,
                                                           tracker=config.tracker, key=config.key))
-    constraint = _constrain_rollouts(model, tokenizer, train_rows, workloads, config.temperature) \
+    constraint = constrain_rollouts(model, tokenizer, train_rows, workloads, config.temperature) \
         if config.constrained else None
     try:
         reward_fn = ShapedReward(evaluator, workloads, config.reward)

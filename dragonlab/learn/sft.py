@@ -42,24 +42,30 @@ __all__ = ["SFTConfig", "SFTRun", "train", "read_log"]
 @dataclass(frozen=True)
 class SFTConfig:
     preset: str = field(default="scratch-small", metadata={"help": "a preset of dragonlab.learn.models or a local checkpoint"})
-    max_steps: int | None = field(default=None, metadata={"help": "optimizer steps; None = the preset's"})
-    learning_rate: float | None = field(default=None, metadata={"help": "peak learning rate; None = the preset's"})
+    max_steps: int | None = field(default=None, metadata={"help": "optimizer steps; None = the preset's",
+                                                          "range": "> 0"})
+    learning_rate: float | None = field(default=None, metadata={"help": "peak learning rate; None = the preset's",
+                                                                "range": "> 0"})
     batch_size: int | None = field(default=None, metadata={"help": "examples per optimizer step, over all "
-                                                                   "processes; None = the preset's"})
+                                                                   "processes; None = the preset's", "range": "> 0"})
     max_length: int = field(default=2048, metadata={"help": "tokens of prompt + completion; longer ones are dropped"})
-    warmup_ratio: float = field(default=0.05, metadata={"help": "share of steps with a rising learning rate"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    save_steps: int = field(default=100, metadata={"help": "checkpoint every this many steps"})
-    logging_steps: int = field(default=10, metadata={"help": "log the loss every this many steps"})
-    eval_steps: int = field(default=0, metadata={"help": "judge validation attempts every this many steps; 0 = off"})
-    eval_examples: int = field(default=16, metadata={"help": "validation examples judged at each evaluation"})
+    warmup_ratio: float = field(default=0.05, metadata={"help": "share of steps with a rising learning rate",
+                                                        "range": "[0, 1)"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay", "range": ">= 0"})
+    save_steps: int = field(default=100, metadata={"help": "checkpoint every this many steps", "range": "> 0"})
+    logging_steps: int = field(default=10, metadata={"help": "log the loss every this many steps", "range": "> 0"})
+    eval_steps: int = field(default=0, metadata={"help": "judge validation attempts every this many steps; 0 = off",
+                                                 "range": ">= 0"})
+    eval_examples: int = field(default=16, metadata={"help": "validation examples judged at each evaluation",
+                                                     "range": "> 0"})
     eval_split: str = field(default="validation", metadata={"help": "the split judged during training"})
     constrained_eval: bool = field(default=False, metadata={"help": "judge with constrained decoding (constrain.py)"})
-    seed: int = field(default=0, metadata={"help": "seeds initialisation, shuffling and sampling"})
+    seed: int = field(default=0, metadata={"help": "seeds initialisation, shuffling and sampling", "range": ">= 0"})
     threads: int = field(default=1, metadata={"help": "torch threads: 1 is fastest when other jobs share the cores, "
-                                                      "all of them when training runs alone"})
+                                                      "all of them when training runs alone", "range": "> 0"})
     report_to: str = field(default="none", metadata={"help": "also log the curves to: 'none' or 'tensorboard' "
-                                                             "(event files under OUT/tensorboard)"})
+                                                             "(event files under OUT/tensorboard)",
+                                                             "choices": REPORT_TO})
 
     def __post_init__(self):
         for name in ("max_steps", "batch_size"):

@@ -2,7 +2,7 @@
 (driven by Playwright through `executable_path`, never a browser build of Playwright's own), every
 cell run, and a screenshot once the comparison widget and its plotly figure are drawn.
 
-Used by tests/test_browser.py and docs/make_screenshot.py."""
+Used by tests/reporting/test_browser.py and docs/make_screenshot.py."""
 
 import ast
 import contextlib
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 # The comparison's cell is the one whose widget has the Evaluate button; ipywidgets 8 renders a
 # Button as <button class="jupyter-widgets jupyter-button widget-button ...">.
@@ -103,7 +103,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _tail(path: Path, n: int = 40) -> str:
+def tail(path: Path, n: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
     except OSError:
@@ -140,7 +140,7 @@ def jupyter_lab(root: Path, *, start_timeout: float = 120.0):
         while True:
             if proc.poll() is not None:
                 raise BrowserCheckError(f"jupyter lab exited with {proc.returncode} before answering; "
-                                        f"{lab.log}:\n{_tail(lab.log)}")
+                                        f"{lab.log}:\n{tail(lab.log)}")
             try:
                 with urllib.request.urlopen(f"{lab.url}/api/status?token={token}", timeout=2) as r:
                     if r.status == 200:
@@ -149,7 +149,7 @@ def jupyter_lab(root: Path, *, start_timeout: float = 120.0):
                 pass
             if time.monotonic() > deadline:
                 raise BrowserCheckError(f"jupyter lab did not answer /api/status in {start_timeout:.0f} s; "
-                                        f"{lab.log}:\n{_tail(lab.log)}")
+                                        f"{lab.log}:\n{tail(lab.log)}")
             time.sleep(0.5)
         yield lab
     finally:
@@ -206,7 +206,7 @@ def render_comparison(notebook: Path, workdir: Path, screenshot: Path, *, worklo
                 page.screenshot(path=str(screenshot))
             return BrowserCheckError(
                 f"{what}\npage as it was: {screenshot}\nbrowser errors:\n" + "\n".join(console[-10:]) +
-                f"\n{lab.log} (tail):\n{_tail(lab.log)}")
+                f"\n{lab.log} (tail):\n{tail(lab.log)}")
 
         try:
             start = time.monotonic()

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import free_port
-from lab_browser import _tail
+
+from dragonlab.testing.browser import tail
+from dragonlab.testing.cluster import free_port
 
 # Loopback needs no proxy, whatever the environment says.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -54,10 +55,10 @@ def serving(model_dir: str | os.PathLike, log: str | os.PathLike, *, timeout_sec
         base = f"http://127.0.0.1:{port}"
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"transformers serve {model} exited with status {proc.returncode}:\n{_tail(log)}")
+                raise RuntimeError(f"transformers serve {model} exited with status {proc.returncode}:\n{tail(log)}")
             if time.monotonic() - start > timeout_sec:
                 raise TimeoutError(f"transformers serve {model}: no answer on {base}/health after "
-                                   f"{timeout_sec:.0f} s:\n{_tail(log)}")
+                                   f"{timeout_sec:.0f} s:\n{tail(log)}")
             try:
                 with _DIRECT.open(f"{base}/health", timeout=2) as response:
                     if json.loads(response.read()).get("status") == "ok":

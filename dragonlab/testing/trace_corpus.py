@@ -117,7 +117,7 @@ def build(families=tuple(FAMILIES), targets=("llvm", "cuda"), *, posts_per_space
     return samples
 
 
-def _matmul_bias_relu(n=64):
+def matmul_bias_relu(n=64):
     a = te.placeholder((n, n), name="A")
     b = te.placeholder((n, n), name="B")
     bias = te.placeholder((n,), name="bias")
@@ -220,8 +220,8 @@ EXOTIC = [
     ("loops", lambda: matmul(64), _loops),
     ("partition", lambda: matmul(64), _partition),
     ("buffers", lambda: matmul(64), _buffers),
-    ("epilogue", _matmul_bias_relu, _epilogue),
-    ("merge", _matmul_bias_relu, _merge),
+    ("epilogue", matmul_bias_relu, _epilogue),
+    ("merge", matmul_bias_relu, _merge),
     ("padding", conv2d, _padding),
     ("access", _two_stage, _access),
     ("cache_index", _resize, _cache_index),

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dragonlab import cli
-from dragonlab.cli import campaign, main
+from dragonlab.cli import campaign, main, pipeline
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGNS = ROOT / "campaigns"
 
 
@@ -56,7 +55,8 @@ def test_paper_dry_run_passes_and_prints_the_estimate(capsys, monkeypatch):
     (("trials = 32", "trials = true"), r"\[collect\] trials: expected a positive integer, got True"),
     (('target = "cuda-sm90"', 'target = "cuda-sm100"'),
      r"\[collect\] target: expected one of 'cpu', 'cuda-sm80', .*, got 'cuda-sm100'"),
-    (('runner = "local"', 'runner = "rpc"'), r'\[collect\] tracker: missing \(runner = "rpc" needs tracker and key\)'),
+    (('runner = "local"', 'runner = "rpc"'),
+     r"\[collect\] CollectConfig\.tracker: missing \(runner 'rpc' needs tracker HOST:PORT and key\)"),
     (("hidden_size = 4096", "hidden_sise = 4096"), r"\[sft\.architecture\] hidden_sise: not a field of "
                                                    r"transformers\.LlamaConfig"),
     (("seconds_per_candidate = 1.0", ""), r"\[estimate\] seconds_per_candidate: missing"),
@@ -101,13 +101,14 @@ def test_the_quick_campaign_runs_the_demo_with_its_numbers(tmp_path, monkeypatch
     ran = {}
     monkeypatch.setattr(papermill, "execute_notebook", lambda src, dst, parameters, **_: ran.update(
         {Path(src).stem: parameters}))
-    monkeypatch.setattr(cli, "main", lambda argv: ran.update({"codec": argv}) or 0)  # the demo's codec check
+    monkeypatch.setattr(pipeline, "main", lambda argv: ran.update({"codec": argv}) or 0)  # the demo's codec check
     monkeypatch.setattr(dragonlab.reporting.report, "read_report", lambda path: None)
-    monkeypatch.setattr(cli, "summary_text", lambda report: "")
+    monkeypatch.setattr(pipeline, "summary_text", lambda report: "")
     monkeypatch.setenv("TQDM_DISABLE", "1")  # the demo sets it; restored after the test
     assert main(["campaign", "--config", str(quick)]) == 0
     c = campaign.load(quick)
     assert ran["03_dataset"]["trials"] == c.collect.trials and ran["03_dataset"]["holdout_family"] == "softmax"
+    assert ran["03_dataset"]["population"] == c.collect.population == 64  # the report's baseline keeps 512
     assert ran["04_sft"]["preset"] == c.sft.preset and ran["04_sft"]["max_steps"] == 20
     from dragonlab.learn.models import PRESETS
 
@@ -123,11 +124,21 @@ def test_the_quick_campaign_runs_the_demo_with_its_numbers(tmp_path, monkeypatch
     assert ran["codec"] == ["codec", "check", str(tmp_path / "records")]
 
 
+def test_the_demo_options_default_to_the_quick_campaign():
+    from dragonlab.cli.app import build_parser
+
+    args = build_parser(["demo"]).parse_args(["demo"])
+    assert campaign.demo_options(campaign.load(CAMPAIGNS / "quick.toml")) == {
+        "out": args.out, "trials": args.trials, "preset": args.preset, "sft_steps": args.sft_steps,
+        "rl_steps": args.rl_steps}
+
+
 def test_a_quick_campaign_with_other_settings_is_not_the_demo():
     c = campaign.load(CAMPAIGNS / "quick.toml")
     assert campaign.demo_options(c)["sft_steps"] == 200
     assert campaign.demo_options(replace(c, report=replace(c.report, k=4))) is None
     assert campaign.demo_options(replace(c, sft=replace(c.sft, learning_rate=1e-3))) is None
+    assert campaign.demo_options(replace(c, collect=replace(c.collect, population=512))) is None
 
 
 def test_the_accelerate_check_names_what_is_wrong(tmp_path):
@@ -163,9 +174,9 @@ def test_the_demo_shows_each_stage_and_keeps_kernel_warnings_in_its_log(tmp_path
         assert progress_bar["disable"] is False and progress_bar["desc"] == Path(src).stem
 
     monkeypatch.setattr(papermill, "execute_notebook", notebook)
-    monkeypatch.setattr(cli, "main", lambda argv: 0)
+    monkeypatch.setattr(pipeline, "main", lambda argv: 0)
     monkeypatch.setattr(dragonlab.reporting.report, "read_report", lambda path: None)
-    monkeypatch.setattr(cli, "summary_text", lambda report: "")
+    monkeypatch.setattr(pipeline, "summary_text", lambda report: "")
     monkeypatch.setenv("TQDM_DISABLE", "1")
     assert main(["demo", "--out", str(tmp_path)]) == 0
     out, err = capfd.readouterr()

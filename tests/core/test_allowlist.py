@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import trace_corpus
 
+from dragonlab.testing import trace_corpus
 from dragonlab.core import allowlist, codec
+from dragonlab.testing import trace_corpus
 from dragonlab.core.targets import get_target
+from dragonlab.testing import trace_corpus
 from dragonlab.core.workloads import suite
+from dragonlab.testing import trace_corpus
 from dragonlab.search import defaults, explore
 
 

@@ -16,7 +16,7 @@ from dragonlab.core.jsonl import JsonFormatError, append_lines, read_json, read_
 from dragonlab.evaluation.evaluate import Evaluation
 from dragonlab.learn.attempts import Attempt, read_attempts
 from dragonlab.learn.sft import read_log
-from dragonlab.search.baselines import _read_times
+from dragonlab.search.baselines import read_times
 from dragonlab.search.records import OK, Record, RecordFormatError, RecordStore
 
 # Appends pairs of 64 KiB lines, numbered from argv[2], under a file-size limit of argv[3]
@@ -101,7 +101,7 @@ def test_a_line_the_parser_rejects_names_file_line_and_reason(tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_text('{"workload": "1", "seconds": 2.0}\n{"seconds": 3.0}\n')
     with pytest.raises(JsonFormatError, match=r"a\.jsonl:2: KeyError: 'workload'"):
-        _read_times(path)
+        read_times(path)
     with pytest.raises(RecordFormatError, match=r"a\.jsonl:1: field 'workload' must be a number"):
         list(read_lines(path, _seconds_by_number, error=RecordFormatError))
 
@@ -134,7 +134,7 @@ def test_every_append_only_file_reads_past_a_torn_tail_and_appends_cleanly(tmp_p
         "attempts": (tmp_path / "attempts.jsonl", [_attempt(0).to_json()], _attempt(1).to_json(), read_attempts),
         "log": (tmp_path / "log.jsonl", [{"step": 1, "loss": 2.0}], {"step": 2, "loss": 1.0}, read_log),
         "seconds": (tmp_path / "seconds.jsonl", [{"workload": "1", "seconds": 2.0}], {"workload": "2", "seconds": 1.0},
-                    _read_times),
+                    read_times),
     }
     for path, first, _, _ in files.values():
         append_lines(path, first)
@@ -144,7 +144,7 @@ def test_every_append_only_file_reads_past_a_torn_tail_and_appends_cleanly(tmp_p
     assert len(store.records()) == 1 and store.done() == {("1", "cpu"): 8}
     assert read_attempts(files["attempts"][0]) == [_attempt(0)]
     assert read_log(files["log"][0]) == [{"step": 1, "loss": 2.0}]
-    assert _read_times(files["seconds"][0]) == {"1": 2.0}
+    assert read_times(files["seconds"][0]) == {"1": 2.0}
 
     store.append([Record("1", "cpu", [[], []], OK, (2e-3,))])
     store.mark_done("1", "cpu", 16)
@@ -153,7 +153,7 @@ def test_every_append_only_file_reads_past_a_torn_tail_and_appends_cleanly(tmp_p
     assert len(store.records()) == 2 and store.done() == {("1", "cpu"): 16}
     assert read_attempts(files["attempts"][0]) == [_attempt(0), _attempt(1)]
     assert [d["step"] for d in read_log(files["log"][0])] == [1, 2]
-    assert _read_times(files["seconds"][0]) == {"1": 2.0, "2": 1.0}
+    assert read_times(files["seconds"][0]) == {"1": 2.0, "2": 1.0}
     for path in [*store.root.glob("*.jsonl"), *(f[0] for f in files.values())]:
         assert all(json.loads(line) for line in path.read_text().splitlines()), path
 

@@ -21,7 +21,8 @@ import pytest
 from dragonlab.core import codec
 from dragonlab.core.targets import get_target
 from dragonlab.evaluation import fuzz, redteam
-from dragonlab.evaluation.evaluate import EvalConfig, Evaluation, Evaluator
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import Evaluation, Evaluator
 from dragonlab.evaluation.fuzz import MUTATIONS, FuzzReport
 from dragonlab.evaluation.redteam import RED_TEAM, Mutant, apply_case, red_team_cases
 
@@ -111,7 +112,7 @@ def test_verbatim_graphs_go_in_every_slot_that_takes_a_value(script, made):
     for m in made["verbatim_graph"]:
         slot, graph = m.case.split(":")
         line = _tail(m, script)
-        assert line == redteam._context(script).fill(redteam.VALUE_SLOTS[slot], redteam.verbatim(redteam.graphs()[graph]))
+        assert line == redteam.context(script).fill(redteam.VALUE_SLOTS[slot], redteam.verbatim(redteam.graphs()[graph]))
         assert '{"{\\"root_index\\":' in line
         if graph == "map_system":
             assert "\\\"system\\\"" in line and f"touch {redteam.MARKER}".replace("/", "\\\\/") in line
@@ -144,7 +145,7 @@ def test_extern_calls_in_readable_maps_are_refused_at_decode(script, made):
 
 def test_predication_flags_are_written_in_every_spelling(script, made):
     lines = {_tail(m, script) for m in made["predication"]}
-    loop = redteam._context(script).l
+    loop = redteam.context(script).l
     for flags in ("true 1", "true true", "1 1", "0 1", "true 2", "true -1", 'true "x"', "true [1]", "true None"):
         assert f"split {loop} 5 13 ; {flags}" in lines
         assert f"partition {loop} 5 13 ; {flags}" in lines
@@ -159,11 +160,11 @@ def test_annotation_keys_cover_every_key_tvm_knows_aliases_and_value_types(scrip
     text = "\n".join(lines)
     for key in redteam.TVM_ANNOTATION_KEYS:
         assert f' "{key}" ' in text or f" {key} " in text, key
-        assert f'unann {redteam._context(script).b} "{key}"' in text
+        assert f'unann {redteam.context(script).b} "{key}"' in text
     for alias in codec.KEY_ALIASES:
         assert re.search(rf"^ann \S+ {alias}( |$)", text, re.M), alias
-        assert f"unann {redteam._context(script).b} {alias}" in lines
-    assert f"ann {redteam._context(script).b} layout_rewrite_preproc true" in lines
+        assert f"unann {redteam.context(script).b} {alias}" in lines
+    assert f"ann {redteam.context(script).b} layout_rewrite_preproc true" in lines
     assert "pragma_import_llvm" in text and "llvm.global_ctors" in text and "__attribute__((constructor))" in text
     types = Counter(m.case.rsplit("=", 1)[1] for m in made["annotation_keys"]
                     if "=" in m.case and not m.case.startswith("unann"))
@@ -205,7 +206,7 @@ def test_deep_nesting_goes_thousands_deep(script, made):
 
 def test_huge_counts_pass_every_limit(script, made):
     by = {m.case: m for m in made["huge_counts"]}
-    b = redteam._context(script).b
+    b = redteam.context(script).b
     assert _tail(by["loops_1024_x3000"], script).count(f"loops {b} >1024\n") == 2999
     assert _tail(by["loops_99999"], script) == f"loops {b} >99999"
     assert _tail(by["run_99999"], script).endswith("..99999")
@@ -238,7 +239,7 @@ def test_rare_primitives_cover_every_mnemonic_with_arguments_that_decode(script,
                       "cache_index", "read_at", "write_at", "partition", "merge", "fuse_epilogue", "reorder_iters",
                       "pad_einsum", "unit_loop", "tensorize", "bind"):
         assert re.search(rf"^{construct} ", text, re.M), construct
-    scopes = {redteam._context(script).fill("cache_read <b> 0 <X>", s) for s in ("global.texture", "local.xyz", '""')}
+    scopes = {redteam.context(script).fill("cache_read <b> 0 <X>", s) for s in ("global.texture", "local.xyz", '""')}
     options = {_tail(apply_case(c, script, random.Random(k)), script)
                for c in red_team_cases()["rare_primitives"] if c.label == "cache_read:0" for k in range(200)}
     assert scopes <= options

@@ -29,9 +29,10 @@ from tvm.s_tir import Schedule
 
 from dragonlab.core.codec import decode, encode, to_plain
 from dragonlab.core.workloads import suite
-from dragonlab.evaluation.evaluate import OK, EvalConfig, Evaluator
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import OK, Evaluator
 from dragonlab.evaluation.reward import RewardConfig, reward
-from dragonlab.search.measure import MeasureConfig
+from dragonlab.search.config import MeasureConfig
 
 CONFIG = EvalConfig(workers=1, measure=MeasureConfig(number=2, repeat=3, min_repeat_ms=10))
 REFUSED = ("decode", "apply", "validate")

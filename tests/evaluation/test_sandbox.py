@@ -16,7 +16,7 @@ import pytest
 
 from dragonlab.evaluation import sandbox
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Runs in the child before each test's code: the imports a worker does first, harden, and
 # `refused(fn)` for calls that must fail.

@@ -21,7 +21,8 @@ from tvm import tirx
 
 from dragonlab.core import codec
 from dragonlab.core.workloads import suite
-from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import Evaluator
 
 WORKLOAD = "elementwise_fusion_m64_n64_ops-add-mul-relu_float32"
 PREFIX = "get add0\nloops b0 >2\n"
@@ -46,7 +47,7 @@ def _payloads(marker: Path, port: int) -> dict[str, str]:
 
 def _slots() -> list[tuple[str, int]]:
     """(mnemonic, parameter index) of every parameter that is not a variable."""
-    return [(k.mnemonic, n) for k in codec._KINDS.values() for n, p in enumerate(k.params) if p.type != "rv"]
+    return [(k.mnemonic, n) for k in codec.KINDS.values() for n, p in enumerate(k.params) if p.type != "rv"]
 
 
 def _line(mnemonic: str, slot: int, value: str) -> str:

@@ -4,14 +4,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-import worker_jobs
+from dragonlab.testing import worker_jobs
 
 from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerCrashed, WorkerPool, WorkerTimeout
 
 
 @pytest.fixture(autouse=True)
 def importable_jobs(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    """Workers import `dragonlab.testing.worker_jobs` from this checkout, whatever is installed."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
 
 
 def test_a_call_returns_and_the_worker_is_reused():

@@ -17,11 +17,13 @@ from dragonlab.cli import main
 from dragonlab.core import codec
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import Workload, iter_suite, suite
-from dragonlab.evaluation.evaluate import _postprocs
+from dragonlab.evaluation.replay import target_postprocs
 from dragonlab.learn import dataset
-from dragonlab.learn.dataset import SPLITS, DatasetConfig
+from dragonlab.learn.dataset import SPLITS
+from dragonlab.learn.dataset_config import DatasetConfig
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, kernel_text
-from dragonlab.search.collect import CollectConfig, collect
+from dragonlab.search.collect import collect
+from dragonlab.search.config import CollectConfig
 from dragonlab.search.records import OK, Record, RecordStore, trace_text
 
 HOLDOUT = "reduce_row"
@@ -123,7 +125,7 @@ def test_the_targets_post_processors_rebuild_every_recorded_kernel_from_its_desi
         plain, mod = codec.to_plain(r.trace), workloads[r.workload].mod
         sch = codec.apply(codec.design_part(plain), mod)
         sch.enter_postproc()
-        assert all(p.apply(sch) for p in _postprocs(target))
+        assert all(p.apply(sch) for p in target_postprocs(target))
         assert tvm_ffi.structural_equal(sch.mod, codec.apply(plain, mod).mod), codec.encode(plain)
 
 
@@ -223,7 +225,7 @@ def test_failed_timeout_and_unmeasured_records_never_become_data(collected, tmp_
 @pytest.mark.parametrize("case, message", [
     ("missing", r"nowhere does not exist"),
     ("corrupt", r"records\.jsonl:3: not JSON"),
-    ("margin", r"--margin must be between 0 and 1 \(exclusive\), got -1\.0"),
+    ("margin", r"margin must be in \(0, 1\), got -1\.0"),  # DatasetConfig's own check
     ("family", r"holdout family 'no_such_family': no workload of that family"),
     ("not empty", r"ds exists and is not empty"),
 ])
@@ -295,6 +297,4 @@ def test_cli_help_gives_the_config_defaults(capsys):
     options = {chunk.split()[0]: " ".join(chunk.split()) for chunk in re.split(r"\n  (?=--)", capsys.readouterr().out)}
     config = DatasetConfig()
     for name in ("top_k", "margin", "pairs_per_workload", "seed", "prompt_form", "scripts", "validation", "test"):
-        default = getattr(config, name)
-        spelled = f"{default:.2f}" if name == "margin" else str(default)
-        assert options[f"--{name.replace('_', '-')}"].endswith(f"(default {spelled})"), name
+        assert options[f"--{name.replace('_', '-')}"].endswith(f"(default: {getattr(config, name)})"), name

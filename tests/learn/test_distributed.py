@@ -13,7 +13,7 @@ import pytest
 
 from dragonlab.learn.sft import read_log
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
               str(ROOT / "configs" / "accelerate" / "cpu-ddp.yaml"), "-m", "dragonlab.cli"]
 ONE = [sys.executable, "-m", "dragonlab.cli"]
@@ -91,9 +91,9 @@ def test_vllm_rollouts_are_refused_here_with_the_reason(data, one_process, tmp_p
 
 
 def test_rl_times_through_the_rpc_tracker_when_asked(data, one_process, tmp_path, capsys):
-    """`rl --runner rpc` hands the tracker to its evaluator (tests/test_evaluate.py times through a
+    """`rl --runner rpc` hands the tracker to its evaluator (tests/evaluation/test_evaluate.py times through a
     loopback tracker): a tracker that is not there stops the run before any training."""
-    from conftest import free_port
+    from dragonlab.testing.cluster import free_port
 
     from dragonlab.cli import main
 

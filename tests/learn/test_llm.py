@@ -1,10 +1,11 @@
 """The LLM baseline against a chat-completions server on loopback, and one reply judged for real."""
 
 import pytest
-from chat_server import MODEL, serving
+from dragonlab.testing.chat_server import MODEL, serving
 
 from dragonlab.core import codec
-from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.learn.llm import EXAMPLE_KERNEL, EXAMPLE_SCRIPT, SCRIPT_LANGUAGE, ChatError, ChatModel, script_of
 from dragonlab.learn.prompts import construction_prompt, kernel_text
 from dragonlab.search.explore import forms, sample_traces

@@ -63,8 +63,8 @@ def test_grpo_rollouts_can_be_constrained(tiny, data, tmp_path, monkeypatch):
     from dragonlab.learn import rl
 
     made = []
-    real = rl._constrain_rollouts
-    monkeypatch.setattr(rl, "_constrain_rollouts", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    real = rl.constrain_rollouts
+    monkeypatch.setattr(rl, "constrain_rollouts", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
     config = RLConfig(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=256,
                       save_steps=10, constrained=True)
     with Evaluator("cpu") as evaluator:

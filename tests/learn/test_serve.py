@@ -1,4 +1,4 @@
-"""Real OpenAI-compatible servers: `transformers serve` on loopback (tests/serve.py). SmolLM2-135M-
+"""Real OpenAI-compatible servers: `transformers serve` on loopback (dragonlab/testing/serve.py). SmolLM2-135M-
 Instruct behind /chat/completions is the LLM baseline, every reply judged by the evaluator; a
 dragonlab model behind /completions writes exactly what it writes in process."""
 
@@ -6,9 +6,10 @@ import json
 
 import pytest
 import torch
-from serve import require_serve_group, serving
+from dragonlab.testing.serve import require_serve_group, serving
 
-from dragonlab.evaluation.evaluate import OK, STAGES, EvalConfig, Evaluation, Evaluator
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import OK, STAGES, Evaluation, Evaluator
 from dragonlab.learn import models
 from dragonlab.learn.attempts import write_and_evaluate
 from dragonlab.learn.llm import EXAMPLE_KERNEL, EXAMPLE_SCRIPT, ChatModel

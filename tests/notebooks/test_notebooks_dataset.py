@@ -6,7 +6,7 @@ import datasets
 import nbformat
 import papermill
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_dataset.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "03_dataset.ipynb"
 PLOTLY = "application/vnd.plotly.v1+json"
 
 
@@ -20,7 +20,8 @@ def test_dataset_notebook_collects_builds_saves_and_plots(notebook_kernel, tmp_p
     assert all(not cell.get("outputs") for cell in cells), "commit notebooks without outputs"
     out = tmp_path / "03_dataset.ipynb"
     # no records at `records` yet: the notebook collects its own tiny set there
-    parameters = {"records": "records", "trials": 4, "out": "ds", "seed": 0, "holdout_family": "softmax"}
+    parameters = {"records": "records", "trials": 4, "population": 64, "out": "ds", "seed": 0,
+                  "holdout_family": "softmax"}  # population: the demo's (campaigns/quick.toml)
     papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=parameters, kernel_name=notebook_kernel,
                                cwd=str(tmp_path), progress_bar=False)
     cells = nbformat.read(out, 4).cells

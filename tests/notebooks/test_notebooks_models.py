@@ -7,7 +7,7 @@ import nbformat
 import papermill
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PLOTLY = "application/vnd.plotly.v1+json"
 
 

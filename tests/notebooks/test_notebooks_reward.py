@@ -6,7 +6,7 @@ import nbformat
 import papermill
 import pytest
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_reward.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "02_reward.ipynb"
 PLOTLY = "application/vnd.plotly.v1+json"
 
 

@@ -15,7 +15,7 @@ from dragonlab.core.workloads import GENERATORS, suite
 from dragonlab.search import benchmark
 from dragonlab.search.benchmark import Benchmark, BenchmarkFormatError
 
-SHIPPED = Path(__file__).resolve().parent.parent / "data" / "cpu-standard-v1" / "benchmark.json"
+SHIPPED = Path(__file__).resolve().parents[2] / "data" / "cpu-standard-v1" / "benchmark.json"
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,8 @@ def _tiny_benchmark(collected, stores) -> Benchmark:
 @pytest.fixture(scope="module")
 def tiny_stores(collected, quick, tmp_path_factory):
     from dragonlab.core.targets import get_target
-    from dragonlab.search.collect import CollectConfig, collect
+    from dragonlab.search.collect import collect
+    from dragonlab.search.config import CollectConfig
     from dragonlab.search.records import RecordStore
 
     root = tmp_path_factory.mktemp("bench_extra")

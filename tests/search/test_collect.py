@@ -3,6 +3,7 @@ timeouts kept apart from failures, the RPC runner on loopback, and the CLI's err
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -11,13 +12,15 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import free_port
+from dragonlab.testing.cluster import free_port
 
 from dragonlab.cli import main
+from dragonlab.core.errors import InputError
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import suite
-from dragonlab.search.collect import CollectConfig, collect, shard
-from dragonlab.search.measure import MeasureConfig, RunnerUnavailableError, check_tracker
+from dragonlab.search.collect import collect, shard
+from dragonlab.search.config import CollectConfig, MeasureConfig
+from dragonlab.search.measure import RunnerUnavailableError, check_tracker
 from dragonlab.search.records import OK, TIMEOUT, RecordStore
 
 QUICK = {w.family: w for w in reversed(suite("quick"))}  # first of each family
@@ -121,7 +124,7 @@ def test_collect_through_the_rpc_tracker_on_loopback(rpc_tracker, tmp_path):
 def test_two_shards_on_two_machines_through_one_tracker_merge_into_what_one_machine_collects(tmp_path):
     """Two `collect --shard i/2` processes (two machines, say) measure through one tracker with two
     servers; `records merge` of their stores holds the workloads and counts of one local run."""
-    from conftest import rpc_cluster
+    from dragonlab.testing.cluster import rpc_cluster
 
     names = [QUICK["matmul"].name, QUICK["batch_matmul"].name]  # keys 1 and 0 mod 2: one per shard
     common = ["collect", "--suite", "quick", "--only", ",".join(names), "--trials", "4", "--per-round", "4"]
@@ -190,7 +193,11 @@ def test_benchmark_search_continues_each_judged_workload_to_its_budget(collected
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--trials", "0"], "--trials must be positive"),
+    (["--trials", "0"], "CollectConfig.trials must be a positive integer, got 0"),
+    (["--population", "0"], "CollectConfig.population must be a positive integer, got 0"),
+    (["--seed", "-1"], "CollectConfig.seed must be a non-negative integer, got -1"),
+    (["--runner", "rpc", "--key", "k"], "CollectConfig.tracker: missing (runner 'rpc' needs tracker HOST:PORT and key)"),
+    (["--runner", "rpc", "--tracker", "nohost", "--key", "k"], "CollectConfig.tracker must be HOST:PORT, got 'nohost'"),
     (["--shard", "2/2"], "--shard must be I/N"),
     (["--target", "tpu"], "unknown target 'tpu'"),
     (["--only", "nosuch"], "'nosuch' is not a workload of suite 'quick'"),
@@ -202,6 +209,18 @@ def test_collect_rejects_bad_parameters_with_one_clear_error(tmp_path, capsys, a
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("dragonlab: error:") and message in err[0]
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"trials_per_round": 0}, "CollectConfig.trials_per_round must be a positive integer, got 0"),
+    ({"population": -1}, "CollectConfig.population must be a positive integer, got -1"),
+    ({"trials": 2.5}, "CollectConfig.trials must be a positive integer, got 2.5"),
+    ({"runner": "ssh"}, "CollectConfig.runner must be one of local, rpc, got 'ssh'"),
+    ({"runner": "rpc", "tracker": "127.0.0.1:9190"}, "CollectConfig.key: missing"),
+])
+def test_collect_config_refuses_bad_values_naming_the_field(values, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        CollectConfig(**values)
 
 
 def test_stats_on_a_corrupt_store_names_file_and_line(collected, tmp_path, capsys):

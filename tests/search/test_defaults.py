@@ -7,7 +7,8 @@ import tvm_ffi
 
 from dragonlab.core.codec import apply, decode, to_plain
 from dragonlab.core.workloads import suite
-from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.search.defaults import default_rule, default_schedule, default_script
 
 QUICK = suite("quick")
