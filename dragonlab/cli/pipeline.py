@@ -20,7 +20,7 @@ from dragonlab.cli.options import Command, UsageError, command
 from dragonlab.cli.reporting import summary_text
 
 # Seconds each demo stage took on an idle 2-core machine (README): the estimate's proportions.
-DEMO_SECONDS = {"03_dataset": 526, "codec check": 12, "04_sft": 242, "05_rl": 76, "06_evaluate": 746}
+DEMO_SECONDS = {"03_dataset": 293, "codec check": 15, "04_sft": 240, "05_rl": 76, "06_evaluate": 750}
 
 
 def add_demo(sub, name: str, help: str):
