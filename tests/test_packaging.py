@@ -5,6 +5,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,3 +50,13 @@ def test_jupyterlab_has_the_widget_and_plotly_extensions():
                             capture_output=True, text=True)
     out = listed.stdout + listed.stderr
     assert "@jupyter-widgets/jupyterlab-manager" in out and "jupyterlab-plotly" in out, out
+
+
+@pytest.mark.parametrize("package", ["core", "search", "evaluation", "learn", "reporting"])
+def test_every_name_a_package_exports_resolves(package):
+    """The lazy export tables (dragonlab.core.exports) name modules by hand: each name must exist there."""
+    import importlib
+
+    module = importlib.import_module(f"dragonlab.{package}")
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert module.__all__ and not missing, missing
