@@ -2,7 +2,8 @@
 
 A `DragonlabError` (bad input: a malformed file, an unknown target, a bad parameter; or an
 unavailable service) ends the command with one line `dragonlab: error: ...` naming what is wrong,
-and exit status 2; nothing is overwritten. Anything else is a bug and shows its traceback.
+and exit status 2; nothing is overwritten. Ctrl-C ends it with one line and status 130. Anything
+else is a bug and shows its traceback.
 
 Each command group's module (search, evaluation, learn, reporting, pipeline) lists its commands
 in COMMANDS. Only the command being run gets its full parser: its flags come from config
@@ -34,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     except DragonlabError as e:  # bad input or an unavailable service; anything else is a bug
         print(f"dragonlab: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("dragonlab: interrupted; what was finished is kept, and the same command resumes long jobs",
+              file=sys.stderr)
+        return 130
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:

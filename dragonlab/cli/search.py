@@ -73,7 +73,7 @@ def collect(args) -> int:
     from dragonlab.core.targets import get_target
     from dragonlab.core.workloads import suite
     from dragonlab.search.benchmark import load as load_benchmark
-    from dragonlab.search.collect import collect, machine, shard, shard_name
+    from dragonlab.search.collect import CollectSummary, collect, machine, shard, shard_name
     from dragonlab.search.config import CollectConfig, MeasureConfig
     from dragonlab.search.records import RecordStore
 
@@ -97,7 +97,8 @@ def collect(args) -> int:
     try:
         for budget, group in budgets.items():
             if group:
-                summaries.append(collect(group, target, store, dataclasses.replace(config, trials=budget)))
+                summaries.append(CollectSummary())
+                collect(group, target, store, dataclasses.replace(config, trials=budget), summary=summaries[-1])
     finally:  # a run stopped by Ctrl-C still says what it measured, and for how long
         measured = sum(s.measured for s in summaries)
         store.log_run({"started": began, "finished": _now(), "wall_s": round(time.monotonic() - start, 1),

@@ -25,6 +25,7 @@ from tvm.s_tir.schedule import Trace
 
 from dragonlab.core.codec import to_plain
 from dragonlab.core.errors import InputError, one_line
+from dragonlab.core.interrupt import InterruptWatch, watch_interrupts
 from dragonlab.core.progress import progress_bar
 from dragonlab.core.targets import TargetSpec
 from dragonlab.core.workloads import Workload
@@ -86,39 +87,46 @@ def shard_name(spec: str) -> str:
 
 def collect(workloads: list[Workload], target: TargetSpec, store: RecordStore,
             config: CollectConfig = CollectConfig(), *, progress: bool = True,
-            on_done: Callable[[str, float], None] | None = None) -> CollectSummary:
+            on_done: Callable[[str, float], None] | None = None,
+            summary: CollectSummary | None = None) -> CollectSummary:
     """Tune each workload for `config.trials` measured candidates, appending every one to `store`.
-    `on_done(key, seconds)` is called as each workload searched in this run finishes."""
+    `on_done(key, seconds)` is called as each workload searched in this run finishes. A run that
+    Ctrl-C ends raises KeyboardInterrupt; the `summary` passed in still counts what it stored."""
     _quiet_metaschedule()
     store.add_workloads(workloads)
     done = store.done()
-    summary = CollectSummary()
+    summary = CollectSummary() if summary is None else summary
     runner = make_runner(config.runner, config.measure, tracker=config.tracker, key=config.key)
     measurer = Measurer(config.measure, runner, device_type=target.device_type)
     bar = progress_bar(total=len(workloads) * config.trials, unit="cand", progress=progress, file=sys.stderr)
-    try:
-        for w in workloads:
-            if done.get((w.key, target.name), 0) >= config.trials:
-                summary.skipped += 1
-                bar.update(config.trials)
-                continue
-            bar.set_description(w.name)
-            start = time.monotonic()
-            try:
-                _collect_one(w, target, store, config, measurer, bar, summary)
+    with watch_interrupts("stopping; the batch in flight is dropped (Ctrl-C again to stop at once)") as interrupts:
+        try:
+            for w in workloads:
+                interrupts.check()
+                if done.get((w.key, target.name), 0) >= config.trials:
+                    summary.skipped += 1
+                    bar.update(config.trials)
+                    continue
+                bar.set_description(w.name)
+                start = time.monotonic()
+                try:
+                    _collect_one(w, target, store, config, measurer, bar, summary, interrupts)
+                except Exception as e:  # one broken workload must not end a long collection
+                    if interrupts.requested:  # Ctrl-C's workers died with it: not the workload's fault
+                        raise KeyboardInterrupt from e
+                    summary.failed_workloads.append(f"{w.name}: {one_line(e)}")
+                    continue
                 summary.seconds[w.key] = time.monotonic() - start
                 if on_done:
                     on_done(w.key, summary.seconds[w.key])
-            except Exception as e:  # one broken workload must not end a long collection
-                summary.failed_workloads.append(f"{w.name}: {one_line(e)}")
-    finally:
-        bar.close()
-        measurer.close()
+        finally:
+            bar.close()
+            measurer.close()
     return summary
 
 
 def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: CollectConfig,
-                 measurer: Measurer, bar, summary: CollectSummary) -> None:
+                 measurer: Measurer, bar, summary: CollectSummary, interrupts: InterruptWatch) -> None:
     tvm_target = target.tvm()
     existing = store.records(target=target.name, workload=w.key)
     counted = [r for r in existing if r.status != TIMEOUT]
@@ -151,6 +159,7 @@ def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: Co
             candidates = list(candidates)[:remaining]
             results = measurer.measure([c.sch.mod for c in candidates],
                                        [c.args_info for c in candidates], tvm_target)
+            interrupts.check()  # Ctrl-C also killed the workers: their batch says nothing of its schedules
             ctx.notify_runner_results(candidates, results)
             cost_model.update(ctx, candidates, results)
             new = []

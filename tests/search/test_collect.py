@@ -91,6 +91,32 @@ def test_collect_resumes_after_kill_without_loss_or_duplicates(tmp_path):
     assert run["machine"]["cores"] >= 1 and run["machine"]["tvm"].startswith("0.27")
 
 
+def test_ctrl_c_stops_collection_and_logs_the_run(tmp_path):
+    # a KeyboardInterrupt inside MetaSchedule's Python callbacks crosses TVM's FFI as a RuntimeError
+    # (taken for a broken workload: collection went on) or ends in std::terminate
+    names = f"{QUICK['matmul'].name},{QUICK['reduce_row'].name}"
+    cmd = CLI + ["collect", "--suite", "quick", "--only", names, "--trials", "8", "--per-round", "4",
+                 "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "TQDM_DISABLE": "1"}, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    records = tmp_path / "records.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records.exists() and records.read_bytes().count(b"\n") >= 4:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "collection ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the collector and its workers
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "dragonlab: interrupted" in err and "workload failed" not in err
+    store = RecordStore(tmp_path)
+    assert 4 <= len(store.records()) < 16 and store.done() == {}
+    assert all(r.status == OK for r in store.records())  # the batch its dying workers spoiled is dropped
+    [run] = store.runs()
+    assert run["measured"] == len(store.records())
+
+
 def test_timeouts_are_retried_and_never_stored_as_failures(tmp_path):
     config = CollectConfig(trials=2, trials_per_round=2,
                            measure=MeasureConfig(build_timeout_sec=0.01, retries=1))
