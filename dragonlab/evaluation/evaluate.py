@@ -44,6 +44,7 @@ import math
 import shutil
 import statistics
 import tempfile
+import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
@@ -113,7 +114,11 @@ class Evaluation:
 
 
 class Evaluator:
-    """Evaluates scripts on one target; reuse it: workers, references and results are cached."""
+    """Evaluates scripts on one target; reuse it: workers, references and results are cached.
+
+    Every latency measured on this machine is measured while holding `timing_lock`. Work that
+    would share its cores with a timed kernel (a model writing the next scripts while this batch
+    is built) holds the same lock, so that no kernel is timed beside it."""
 
     def __init__(self, target: str | TargetSpec = "cpu", config: EvalConfig = EvalConfig()):
         import psutil
@@ -131,6 +136,7 @@ class Evaluator:
         self._dir = Path(tempfile.mkdtemp(prefix="dragonlab-eval-"))
         self._cache: OrderedDict[tuple, tuple[Evaluation, Evaluation | None]] = OrderedDict()  # (as measured, against the unscheduled kernel)
         self._references: dict[str, float | None] = {}
+        self.timing_lock = threading.Lock()
 
     def evaluate(self, workload: Workload, script, *, reference_latency: float | None = None) -> Evaluation:
         return self.evaluate_many([(workload, script)], reference_latencies=[reference_latency], progress=False)[0]
@@ -248,7 +254,8 @@ class Evaluator:
                 return f"timing: {reason_of(RemoteError(r.error_msg))}"
             return [float(s) for s in r.run_secs]
         try:
-            timed = self.timer.call(time_kernel, artifact, arg_specs, m.number, m.repeat, m.min_repeat_ms)
+            with self.timing_lock:
+                timed = self.timer.call(time_kernel, artifact, arg_specs, m.number, m.repeat, m.min_repeat_ms)
         except WorkerError as e:
             return f"timing: {e}"
         except RemoteError as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -149,17 +150,30 @@ def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads
     attempts = [a for a in done if a.index in indices]
     have = {a.index for a in done}
     todo = [row for row in rows if row["index"] not in have]
+    chunks = [todo[start:start + per_batch] for start in range(0, len(todo), per_batch)]
     with progress_bar(total=len(rows), initial=len(rows) - len(todo), unit="example",
-                      desc=f"attempts ({split})", progress=progress) as bar:
-        for start in range(0, len(todo), per_batch):
-            chunk = todo[start:start + per_batch]
-            scripts = writer.write([row["prompt"] for row in chunk], n=n, seed=seed + chunk[0]["index"])
-            endings = writer.endings(n) if hasattr(writer, "endings") else None
-            judged = evaluate_attempts(evaluator, workloads, chunk, scripts, split=split, endings=endings)
+                      desc=f"attempts ({split})", progress=progress) as bar, ThreadPoolExecutor(1) as judge:
+
+        def record(chunk: list[dict], judging) -> None:
+            judged = judging.result()
             if out:  # append-only: an interrupted run keeps every judged attempt
                 append_lines(out, (a.to_json() for a in judged))
             attempts.extend(judged)
             bar.update(len(chunk))
+
+        # The model writes batch i+1 while batch i is built and checked; its kernels are timed
+        # after the writing, never beside it (the evaluator's timing lock).
+        previous = None
+        for chunk in chunks:
+            with evaluator.timing_lock:
+                scripts = writer.write([row["prompt"] for row in chunk], n=n, seed=seed + chunk[0]["index"])
+                endings = writer.endings(n) if hasattr(writer, "endings") else None
+            if previous:
+                record(*previous)
+            previous = chunk, judge.submit(evaluate_attempts, evaluator, workloads, chunk, scripts, split=split,
+                                           endings=endings)
+        if previous:
+            record(*previous)
     return sorted(attempts, key=lambda a: (a.index, a.sample))
 
 

@@ -1,0 +1,56 @@
+"""Attempts written and judged in a pipeline: the writer's next batch overlaps this batch's
+builds, never its timing."""
+
+import threading
+import time
+
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.evaluate import Evaluator
+from dragonlab.learn.attempts import read_attempts, write_and_evaluate
+from dragonlab.learn.prompts import CONSTRUCTION
+from dragonlab.search.explore import forms, sample_traces
+
+
+class SlowWriter:
+    """Writes MetaSchedule's own sampled scripts, taking a while, and says when it wrote."""
+
+    def __init__(self, scripts: list[str]):
+        self.scripts, self.spans = scripts, []
+
+    def write(self, prompts, *, n, seed):
+        start = time.monotonic()
+        time.sleep(1.0)
+        self.spans.append((start, time.monotonic()))
+        return [[self.scripts[(seed + i) % len(self.scripts)] for i in range(n)] for _ in prompts]
+
+
+def test_no_kernel_is_timed_while_the_writer_writes(quick, tmp_path):
+    w = quick["matmul"]
+    writer = SlowWriter([forms(s.sch.trace).script for s in sample_traces(w, "cpu", n=4, seed=1)])
+    rows = [{"index": i, "prompt": f"prompt {i}", "task": CONSTRUCTION, "workload": w.key, "name": w.name}
+            for i in range(4)]
+    out = tmp_path / "attempts.jsonl"
+    timed = []
+    with Evaluator("cpu", EvalConfig(workers=1)) as evaluator:
+        call = evaluator.timer.call
+
+        def timer_call(*args, **kwargs):
+            assert evaluator.timing_lock.locked()
+            start = time.monotonic()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                timed.append((start, time.monotonic(), threading.current_thread().name))
+
+        evaluator.timer.call = timer_call
+        attempts = write_and_evaluate(writer, evaluator, rows, {w.key: w}, split="test", n=2, out=out,
+                                      progress=False)
+    assert [(a.index, a.sample) for a in attempts] == [(i, s) for i in range(4) for s in range(2)]
+    assert all(a.evaluation.correct and a.evaluation.latency for a in attempts)
+    assert read_attempts(out) and sorted((a.index, a.sample) for a in read_attempts(out)) == \
+        [(a.index, a.sample) for a in attempts]
+    assert timed, "nothing was timed"
+    for t0, t1, _ in timed:
+        for w0, w1 in writer.spans:
+            assert t1 <= w0 or t0 >= w1, "a kernel was timed while the writer wrote"
+    assert any(thread != threading.main_thread().name for *_, thread in timed)  # judged beside the writer
