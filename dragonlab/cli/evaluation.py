@@ -1,7 +1,6 @@
 """Commands that judge scripts: `evaluate`, `fuzz` and `codec check|show`.
 
-`evaluate`'s flags are EvalConfig's fields (dragonlab.evaluation.config). Its module belongs
-to the evaluator's owners, and its fields carry no ranges yet: EVAL_RANGES gives them here.
+`evaluate`'s flags are EvalConfig's fields (dragonlab.evaluation.config).
 """
 
 from __future__ import annotations
@@ -9,18 +8,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from dragonlab.cli.options import Command, UsageError, command, config_flags, config_from, require
+from dragonlab.cli.options import Command, UsageError, command, config_from, require
 from dragonlab.cli.search import load_all
 from dragonlab.core.errors import InputError, one_line
-
-EVAL_RANGES = {"checks": "> 0", "workers": "> 0", "timeout_sec": "> 0", "memory_gb": "> 0",
-               "suspicious_speedup": "> 0", "cache_size": ">= 0"}
 
 
 def add_evaluate(sub, name: str, help: str):
     from dragonlab.evaluation.config import EvalConfig
 
-    c = command(sub, name, help, configs=[config_flags(EvalConfig, ranges=EVAL_RANGES)])
+    c = command(sub, name, help, configs=[EvalConfig])
     c.add_argument("--db", nargs="+", type=Path, required=True, help="record stores or database directories")
     c.add_argument("--target", default="cpu", help="the target the records are judged on")
     c.add_argument("--out", type=Path, default=None, help="write the evaluations as JSON lines (new file)")
@@ -34,7 +30,7 @@ def evaluate(args) -> int:
     from dragonlab.evaluation.config import EvalConfig
     from dragonlab.evaluation.evaluate import STAGES, Evaluator, evaluate_records
 
-    config = config_from(EvalConfig, args, ranges=EVAL_RANGES)
+    config = config_from(EvalConfig, args)
     if args.out and args.out.exists():
         raise InputError(f"{args.out} exists; choose a new file")
     workloads, records = load_all(args.db)

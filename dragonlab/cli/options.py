@@ -3,7 +3,7 @@
     p = command(sub, "sft", "fine-tune", configs=[SFTConfig])   # --max-steps, --learning-rate, ...
     p.add_argument("--data", type=Path, required=True)             # the command's own flags
     ...
-    config = config_from(SFTConfig, args)                          # SFTConfig's checks, then the ranges
+    config = config_from(SFTConfig, args)                          # SFTConfig checks its values
 
 A config's fields are the one statement of a setting: `transformers.HfArgumentParser` turns each
 field into a flag whose type, default, choices and help come from the field (its `metadata`
@@ -11,11 +11,11 @@ holds `help` and, where they apply, `choices` and `range`). The spelling shown i
 `--max_steps` is accepted too. Fields that are dataclasses themselves (`measure`, `reward`) get
 no flags.
 
-`range` (one of RANGES) says which numbers a field takes. The config's own `__post_init__` is
-the authority and runs first; the range then refuses what the config lets through, naming the
-flag ("--trials must be positive, got 0"). A float with a sign range is refused while parsing
-("expected a positive finite number, got 'nan'"): `float` takes nan, which passes any `<= 0`
-check. The campaign files check their values with the same ranges (`expected`, `within`).
+`range` and `choices` say which values a field takes (`dragonlab.core.fields`); the config checks
+them itself when it is made, naming the field ("CollectConfig.trials must be a positive integer,
+got 0"). A float with a sign range is also refused while parsing, naming the flag ("expected a
+positive finite number, got 'nan'"). The campaign files check their values with the same
+metadata (`expected`, `within`).
 
 Nothing heavy is imported here: building a command's parser imports its configs (some import
 TVM) and transformers (about 1.5 s), and only for the command being run (dragonlab.cli.app).
@@ -27,55 +27,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import types
 import typing
 from dataclasses import MISSING
 from typing import Callable
 
 from dragonlab.core.errors import InputError
+from dragonlab.core.fields import RANGES, SIGNS, expected, field_type, within
 
 
 class UsageError(InputError):
     """A bad combination of flags, or a path the command cannot use."""
 
 
-# range -> (what a value "must be", what test it passes); each is written in field metadata.
-RANGES = {
-    "> 0": ("positive", lambda v: v > 0),
-    ">= 0": ("non-negative", lambda v: v >= 0),
-    "(0, 1)": ("between 0 and 1 (exclusive)", lambda v: 0 < v < 1),
-    "[0, 1)": ("a share in [0, 1)", lambda v: 0 <= v < 1),
-}
-SIGNS = ("> 0", ">= 0")  # the ranges a float flag checks while parsing
 METAVARS = {int: "N", float: "X"}
 
 
 # --- values ----------------------------------------------------------------------------------------
-
-def expected(kind: type, range_: str | None = None) -> str:
-    """What a value of this type and range is, for "expected ...": "a positive integer"."""
-    if kind is bool:
-        return "true or false"
-    if kind is str:
-        return "a non-empty string"
-    noun = "integer" if kind is int else "finite number"
-    if range_ in SIGNS:
-        return f"a {RANGES[range_][0]} {noun}"
-    if range_:
-        return f"a number in {range_}"
-    return f"an {noun}" if kind is int else f"a {noun}"
-
-
-def within(value, kind: type, range_: str | None = None) -> bool:
-    """Whether `value` (as a TOML or JSON reader gives it) is of the type and in the range."""
-    if kind is bool or kind is str:
-        return isinstance(value, kind) and (kind is bool or value.strip() != "")
-    if isinstance(value, bool) or not isinstance(value, int if kind is int else (int, float)):
-        return False
-    if not math.isfinite(value):
-        return False
-    return range_ is None or RANGES[range_][1](value)
-
 
 def number(range_: str | None = None) -> Callable[[str], float]:
     """An argparse type: a finite float, in `range_` (one of SIGNS) if given."""
@@ -109,20 +76,6 @@ def choices_of(metadata) -> tuple | None:
 
 
 # --- field types -----------------------------------------------------------------------------------
-
-def field_type(hint) -> tuple[type | tuple, bool]:
-    """(the type a value has, whether the field is a tuple of those) of a type hint, None left
-    out (a flag or a TOML key that is absent is the default): `tuple[int, ...] | None` -> (int,
-    True); a union of several types -> a tuple of them."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        rest = tuple(a for a in typing.get_args(hint) if a is not type(None))
-        if len(rest) > 1:
-            return rest, False
-        hint = rest[0]
-    if typing.get_origin(hint) is tuple:
-        return typing.get_args(hint)[0], True
-    return hint, False
-
 
 def hints(cls) -> dict:
     """The resolved type of every field (the configs' modules postpone their annotations)."""
@@ -169,25 +122,24 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def config_flags(cls, *, skip=(), aliases=None, ranges=None) -> argparse.ArgumentParser:
+def config_flags(cls, *, skip=(), aliases=None) -> argparse.ArgumentParser:
     """A parent parser (no -h) with one flag per field of the config dataclass `cls`, in a help
-    section named after it. `aliases`: field -> extra spellings; `ranges`: field -> range, for a
-    config whose fields do not carry theirs."""
+    section named after it. `aliases`: field -> extra spellings."""
     from transformers import HfArgumentParser  # about 1.5 s: only for the command being run
 
-    types_, aliases, ranges = hints(cls), aliases or {}, ranges or {}
+    types_, aliases = hints(cls), aliases or {}
     view = dataclasses.make_dataclass(f"{cls.__name__}Flags", [
-        _flag(f, types_[f.name], aliases.get(f.name), ranges.get(f.name)) for f in flag_fields(cls, skip)])
+        _flag(f, types_[f.name], aliases.get(f.name)) for f in flag_fields(cls, skip)])
     view._argument_group_name = f"{cls.__name__} ({cls.__module__})"  # HfArgumentParser's help section
     return HfArgumentParser(view, add_help=False)
 
 
-def _flag(f: dataclasses.Field, hint, aliases, range_) -> tuple:
+def _flag(f: dataclasses.Field, hint, aliases) -> tuple:
     """The field of the flag dataclass that HfArgumentParser reads: a field whose type is the
     argparse type (HfArgumentParser passes it on), a list for a tuple (it knows lists), and the
     metadata argparse takes."""
     kind, many = field_type(hint)
-    range_ = range_ or f.metadata.get("range")
+    range_ = f.metadata.get("range")
     meta = {"help": f.metadata.get("help", "").replace("%", "%%")}  # argparse %-formats help
     if choices_of(f.metadata):
         meta["choices"] = choices_of(f.metadata)
@@ -245,19 +197,13 @@ def command(sub, name: str, help: str, *, configs=(), description: str | None = 
     return p
 
 
-def config_from(cls, args, *, ranges=None, **overrides):
-    """The config from the parsed flags (see config_flags): its own checks first, then the
-    fields' ranges, naming the flag."""
-    types_, ranges = hints(cls), ranges or {}
+def config_from(cls, args, **overrides):
+    """The config from the parsed flags (see config_flags); the config checks its values."""
+    types_ = hints(cls)
     values = {}
     for f in flag_fields(cls):
         if hasattr(args, f.name):
             value = getattr(args, f.name)
             values[f.name] = tuple(value) if isinstance(value, list) and field_type(types_[f.name])[1] else value
     values.update(overrides)
-    config = cls(**values)
-    for f in flag_fields(cls):
-        range_ = ranges.get(f.name) or f.metadata.get("range")
-        if range_ and f.name in values:
-            require("--" + f.name.replace("_", "-"), values[f.name], range_)
-    return config
+    return cls(**values)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dragonlab.core import fields
 from dragonlab.core.errors import InputError
 
 PROMPT_FORMS = ("compact", "tvmscript")  # how a prompt shows the kernel (dragonlab.learn.prompts)
@@ -43,18 +44,9 @@ class DatasetConfig:
                 "every other workload is train (replaces the hashed shares and holdout_family)"})
 
     def __post_init__(self):
+        fields.check(self)
         if self.benchmark is not None and self.holdout_family is not None:
             raise InputError("benchmark and holdout_family exclude each other: the benchmark names its held-out families")
-        for name in ("top_k", "pairs_per_workload", "strata"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
-        if not 0 < self.margin < 1:
-            raise InputError(f"margin must be in (0, 1), got {self.margin!r}")
-        if not (0 <= self.validation and 0 <= self.test and self.validation + self.test < 1):
-            raise InputError(f"validation and test must be shares with validation + test < 1, "
+        if not self.validation + self.test < 1:
+            raise InputError(f"DatasetConfig: validation and test must be shares with validation + test < 1, "
                              f"got {self.validation!r} and {self.test!r}")
-        if self.scripts not in SCRIPT_FORMS:
-            raise InputError(f"scripts must be one of {', '.join(SCRIPT_FORMS)}, got {self.scripts!r}")
-        if self.prompt_form not in PROMPT_FORMS:
-            raise InputError(f"prompt_form must be one of {', '.join(PROMPT_FORMS)}, got {self.prompt_form!r}")

@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dragonlab.core import fields
 from dragonlab.core.errors import InputError
 from dragonlab.core.rundir import (REPORT_TO, claim, is_main, last_complete_checkpoint, log_callback, main_first,
                                    per_process, read_log, reporting, step_of, wait_for_everyone)
@@ -69,19 +70,10 @@ class RLConfig:
     reward: RewardConfig = RewardConfig()
 
     def __post_init__(self):
-        for name in ("max_steps", "num_generations", "prompts_per_step", "max_completion_length", "save_steps",
-                     "logging_steps"):
-            if getattr(self, name) < 1:
-                raise InputError(f"RLConfig.{name} must be positive, got {getattr(self, name)}")
+        fields.check(self)
         if self.num_generations < 2:
             raise InputError("RLConfig.num_generations must be at least 2: GRPO compares scripts within a group")
-        if not self.learning_rate > 0 or self.beta < 0 or not self.temperature > 0:
-            raise InputError("RLConfig: learning_rate and temperature must be positive, beta non-negative")
-        if self.report_to not in REPORT_TO:
-            raise InputError(f"RLConfig.report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
-        if self.generation not in GENERATION:
-            raise InputError(f"RLConfig.generation must be one of {', '.join(GENERATION)}, got {self.generation!r}")
-        if self.runner not in ("local", "rpc") or (self.runner == "rpc" and not (self.tracker and self.key)):
+        if self.runner == "rpc" and not (self.tracker and self.key):
             raise InputError("RLConfig.runner must be 'local', or 'rpc' with a tracker and a key")
         if self.generation == "vllm" and self.constrained:
             raise InputError("RLConfig: constrained rollouts need generation='transformers' (vLLM takes no "

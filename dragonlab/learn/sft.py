@@ -31,6 +31,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dragonlab.core import fields
 from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import append_lines
 from dragonlab.core.rundir import (REPORT_TO, claim, is_main, last_complete_checkpoint, log_callback, main_first,
@@ -68,18 +69,9 @@ class SFTConfig:
                                                              "choices": REPORT_TO})
 
     def __post_init__(self):
-        for name in ("max_steps", "batch_size"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise InputError(f"SFTConfig.{name} must be positive, got {value}")
-        if not (isinstance(self.threads, int) and self.threads >= 1):
-            raise InputError(f"SFTConfig.threads must be a positive integer, got {self.threads!r}")
-        if self.learning_rate is not None and not self.learning_rate > 0:
-            raise InputError(f"SFTConfig.learning_rate must be positive, got {self.learning_rate}")
+        fields.check(self)
         if self.max_length < 16:
             raise InputError(f"SFTConfig.max_length must be at least 16, got {self.max_length}")
-        if self.report_to not in REPORT_TO:
-            raise InputError(f"SFTConfig.report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dragonlab.core import fields
 from dragonlab.core.errors import InputError
 
 
@@ -27,6 +28,6 @@ class ReportConfig:
     p: tuple[float, ...] = field(default=(1.0, 1.2, 2.0), metadata={"help": "fast_p thresholds", "range": "> 0"})
 
     def __post_init__(self):
-        if self.k < 1 or self.turns < 0 or not self.budgets or min(self.budgets) < 1:
-            raise InputError(f"need k >= 1, turns >= 0 and budgets >= 1, got k={self.k}, turns={self.turns}, "
-                             f"budgets={self.budgets}")
+        fields.check(self)
+        if not self.budgets:
+            raise InputError("ReportConfig.budgets must name at least one trial budget")

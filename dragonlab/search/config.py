@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dragonlab.core import fields
 from dragonlab.core.errors import InputError
 
 RUNNERS = ("local", "rpc")
@@ -28,6 +29,9 @@ class MeasureConfig:
     retries: int = field(default=2, metadata={"help": "times a timed-out build or run is tried again", "range": ">= 0"})
     builder_workers: int | None = field(default=None, metadata={"help": "build processes; None = all cores",
                                                                 "range": "> 0"})
+
+    def __post_init__(self):
+        fields.check(self)
 
     def evaluator(self):
         """MetaSchedule's `EvaluatorConfig` of these settings (imports TVM)."""
@@ -55,14 +59,7 @@ class CollectConfig:
     measure: MeasureConfig = MeasureConfig()
 
     def __post_init__(self):
-        for name in ("trials", "trials_per_round", "population"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"CollectConfig.{name} must be a positive integer, got {value!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise InputError(f"CollectConfig.seed must be a non-negative integer, got {self.seed!r}")
-        if self.runner not in RUNNERS:
-            raise InputError(f"CollectConfig.runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
+        fields.check(self)
         if self.runner == "rpc":
             for name in ("tracker", "key"):
                 if not getattr(self, name):

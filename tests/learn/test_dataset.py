@@ -225,7 +225,7 @@ def test_failed_timeout_and_unmeasured_records_never_become_data(collected, tmp_
 @pytest.mark.parametrize("case, message", [
     ("missing", r"nowhere does not exist"),
     ("corrupt", r"records\.jsonl:3: not JSON"),
-    ("margin", r"margin must be in \(0, 1\), got -1\.0"),  # DatasetConfig's own check
+    ("margin", r"DatasetConfig\.margin must be a number in \(0, 1\), got -1\.0"),  # the config checks itself
     ("family", r"holdout family 'no_such_family': no workload of that family"),
     ("not empty", r"ds exists and is not empty"),
 ])

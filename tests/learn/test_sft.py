@@ -111,7 +111,7 @@ def test_bad_dataset_and_settings_get_one_clear_error(data, tmp_path, capsys):
     assert main(["sft", "--data", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "not a dataset directory" in capsys.readouterr().err
     assert main(["sft", "--data", str(data), "--out", str(tmp_path / "o"), "--max-steps", "0"]) == 2
-    assert "max_steps must be positive" in capsys.readouterr().err
+    assert "SFTConfig.max_steps must be a positive integer, got 0" in capsys.readouterr().err
     assert main(["sft", "--data", str(data), "--out", str(tmp_path / "o"), "--threads", "0"]) == 2
     assert "threads must be a positive integer, got 0" in capsys.readouterr().err
     assert main(["sft", "--preset", "gpt-17", "--data", str(data), "--out", str(tmp_path / "o")]) == 2

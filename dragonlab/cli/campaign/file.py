@@ -3,7 +3,7 @@
 [collect], [sft], [rl], [dataset] and [report] are CollectConfig, SFTConfig, RLConfig,
 DatasetConfig and ReportConfig themselves: the keys are their fields, a key left out takes the
 field's default, and a value is checked against the field's type, `choices` and `range`
-(dragonlab.cli.options) before the config's own `__post_init__` runs. [collect] and [sft] add
+(dragonlab.core.fields) before the config checks itself. [collect] and [sft] add
 what only a campaign says (the suite, the target, shards, processes, LoRA); a nested config is
 a sub-table ([collect.measure], [rl.reward]). REQUIRED names the settings a campaign must write
 although the config has a default: they set its scale.
@@ -15,7 +15,8 @@ import tomllib
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
-from dragonlab.cli.options import choices_of, expected, field_type, hints, within
+from dragonlab.cli.options import choices_of, hints
+from dragonlab.core.fields import expected, field_type, within
 from dragonlab.core.errors import InputError
 from dragonlab.learn.dataset_config import DatasetConfig
 from dragonlab.learn.rl import RLConfig
