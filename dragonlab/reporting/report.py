@@ -88,11 +88,16 @@ def model_systems(run: Path) -> dict[str, Path]:
     return {name: run / name / "model" for name in ("sft", "rl") if (run / name / "model").is_dir()}
 
 
-def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *, llm=None,
+def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *, llm=None, evaluator=None,
                progress: bool = True) -> Report:
     """Judge every system on the held-out prompts of `run/dataset`, write `run/report/` and return
     the report (report.json's content). `llm`: an `llm.ChatModel`; its attempts are the system
-    `llm-<model>`, in their own file, so LLMs can join a report one at a time."""
+    `llm-<model>`, in their own file, so LLMs can join a report one at a time. `evaluator`: an
+    open `Evaluator` on the dataset's target to judge with, left open (its workers are warm and
+    its cache holds every kernel of the report, for what the caller judges next); by default
+    one is made and closed here."""
+    import contextlib
+
     import torch
 
     from dragonlab.core.rundir import claim
@@ -114,7 +119,9 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
 
     attempts: dict[str, list[Attempt]] = {}
     turns: dict[str, list[dict]] = {}
-    with Evaluator(target) as evaluator:
+    if evaluator is not None and evaluator.target.name != target:
+        raise InputError(f"the evaluator judges {evaluator.target.name}, the dataset's held-out splits {target}")
+    with contextlib.nullcontext(evaluator) if evaluator is not None else Evaluator(target) as evaluator:
         every = [r for split in rows.values() for r in split]
         for name, path in systems.items():
             model, tokenizer = models.load(path)
