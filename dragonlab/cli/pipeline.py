@@ -20,7 +20,7 @@ from dragonlab.cli.options import Command, UsageError, command
 from dragonlab.cli.reporting import summary_text
 
 # Seconds each demo stage took on an idle 2-core machine (README): the estimate's proportions.
-DEMO_SECONDS = {"03_dataset": 293, "codec check": 15, "04_sft": 240, "05_rl": 76, "06_evaluate": 750}
+DEMO_SECONDS = {"03_dataset": 288, "codec check": 13, "04_sft": 155, "05_rl": 83, "06_evaluate": 717}
 
 
 def add_demo(sub, name: str, help: str):
