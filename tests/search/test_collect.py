@@ -53,27 +53,41 @@ def test_finished_workloads_are_skipped_on_rerun(collected):
     assert (root / "records.jsonl").read_bytes() == before
 
 
-def test_collect_resumes_after_kill_without_loss_or_duplicates(tmp_path):
+QUIET = {**os.environ, "TQDM_DISABLE": "1"}  # no progress bars in a child's output
+
+
+def small_collection(out) -> list[str]:
+    """The command line of a small collection: two quick workloads, 8 trials each, 4 per round."""
     names = f"{QUICK['matmul'].name},{QUICK['reduce_row'].name}"
-    cmd = CLI + ["collect", "--suite", "quick", "--only", names, "--trials", "8", "--per-round", "4",
-                 "--out", str(tmp_path)]
-    env = {**os.environ, "TQDM_DISABLE": "1"}
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    records = tmp_path / "records.jsonl"
+    return CLI + ["collect", "--suite", "quick", "--only", names, "--trials", "8", "--per-round", "4",
+                  "--out", str(out)]
+
+
+def start_until_records(cmd, out, *, lines: int = 4, **popen) -> subprocess.Popen:
+    """Start `cmd` in a session of its own; return once out/records.jsonl holds `lines` lines."""
+    proc = subprocess.Popen(cmd, env=QUIET, start_new_session=True, **popen)
+    records = out / "records.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
-        if records.exists() and records.read_bytes().count(b"\n") >= 4:
+        if records.exists() and records.read_bytes().count(b"\n") >= lines:
             break
         time.sleep(0.2)
-    assert proc.poll() is None, "collection ended before it could be killed"
+    assert proc.poll() is None, "collection ended before it was stopped"
+    return proc
+
+
+def test_collect_resumes_after_kill_without_loss_or_duplicates(tmp_path):
+    names = f"{QUICK['matmul'].name},{QUICK['reduce_row'].name}"
+    cmd = small_collection(tmp_path)
+    proc = start_until_records(cmd, tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = tmp_path / "records.jsonl"
     os.killpg(proc.pid, signal.SIGKILL)  # the collector and its build workers, mid-run
     proc.wait()
     before = records.read_bytes()
     kept = before[: before.rfind(b"\n") + 1]
     assert kept.count(b"\n") >= 4
 
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, env=QUIET, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     after = records.read_bytes()
     assert after.startswith(kept), "records written before the kill were lost or rewritten"
@@ -94,18 +108,8 @@ def test_collect_resumes_after_kill_without_loss_or_duplicates(tmp_path):
 def test_ctrl_c_stops_collection_and_logs_the_run(tmp_path):
     # a KeyboardInterrupt inside MetaSchedule's Python callbacks crosses TVM's FFI as a RuntimeError
     # (taken for a broken workload: collection went on) or ends in std::terminate
-    names = f"{QUICK['matmul'].name},{QUICK['reduce_row'].name}"
-    cmd = CLI + ["collect", "--suite", "quick", "--only", names, "--trials", "8", "--per-round", "4",
-                 "--out", str(tmp_path)]
-    proc = subprocess.Popen(cmd, env={**os.environ, "TQDM_DISABLE": "1"}, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    records = tmp_path / "records.jsonl"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if records.exists() and records.read_bytes().count(b"\n") >= 4:
-            break
-        time.sleep(0.2)
-    assert proc.poll() is None, "collection ended before it could be interrupted"
+    proc = start_until_records(small_collection(tmp_path), tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the collector and its workers
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
