@@ -27,12 +27,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import typing
 from dataclasses import MISSING
 from typing import Callable
 
 from dragonlab.core.errors import InputError
-from dragonlab.core.fields import RANGES, SIGNS, expected, field_type, within
+from dragonlab.core.fields import RANGES, SIGNS, expected, field_type, hints, within
 
 
 class UsageError(InputError):
@@ -76,11 +75,6 @@ def choices_of(metadata) -> tuple | None:
 
 
 # --- field types -----------------------------------------------------------------------------------
-
-def hints(cls) -> dict:
-    """The resolved type of every field (the configs' modules postpone their annotations)."""
-    return typing.get_type_hints(cls)
-
 
 def flag_fields(cls, skip=()) -> list[dataclasses.Field]:
     """The fields of `cls` that become flags: every init field but nested dataclasses and `skip`."""

@@ -16,6 +16,7 @@ campaign files (`dragonlab.cli.campaign.file`) read the same metadata for their 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -70,6 +71,13 @@ def field_type(hint) -> tuple[type | tuple, bool]:
     return hint, False
 
 
+@functools.cache
+def hints(cls) -> dict:
+    """The resolved type of every field of a config class (the configs' modules postpone their
+    annotations); resolved once per class, not at every config made."""
+    return typing.get_type_hints(cls)
+
+
 def takes_none(hint) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
 
@@ -78,11 +86,11 @@ def check(config) -> None:
     """Refuse the first field of `config` whose value is not of its type or outside its
     `range` or `choices` (see the module docstring)."""
     cls = type(config)
-    hints = typing.get_type_hints(cls)
+    types_ = hints(cls)
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        value, hint = getattr(config, f.name), hints[f.name]
+        value, hint = getattr(config, f.name), types_[f.name]
         if value is None and takes_none(hint):
             continue
         kind, many = field_type(hint)
@@ -96,8 +104,9 @@ def check(config) -> None:
         else:
             fits = lambda v: any(within(v, k, range_) if k is not str else isinstance(v, str) for k in kinds)  # noqa: E731
             what = " or ".join("a string" if k is str else expected(k, range_) for k in kinds)
-        if many:
-            ok, what = isinstance(value, (tuple, list)) and all(map(fits, value)), f"a tuple, each {what}"
+        if many:  # as a campaign file's list: at least one value
+            ok = isinstance(value, (tuple, list)) and len(value) > 0 and all(map(fits, value))
+            what = f"a non-empty tuple, each {what}"
         else:
             ok = fits(value)
         if not ok:

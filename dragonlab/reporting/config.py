@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dragonlab.core import fields
-from dragonlab.core.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -29,5 +28,3 @@ class ReportConfig:
 
     def __post_init__(self):
         fields.check(self)
-        if not self.budgets:
-            raise InputError("ReportConfig.budgets must name at least one trial budget")

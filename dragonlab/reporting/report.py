@@ -38,6 +38,7 @@ The numbers are computed by `dragonlab.reporting.metrics` from what was judged; 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -96,8 +97,6 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     open `Evaluator` on the dataset's target to judge with, left open (its workers are warm and
     its cache holds every kernel of the report, for what the caller judges next); by default
     one is made and closed here."""
-    import contextlib
-
     import torch
 
     from dragonlab.core.rundir import claim
@@ -173,6 +172,7 @@ def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Pa
     first = {(a.split, a.index): a for a in attempts if a.sample == 0 and a.task == CONSTRUCTION}
     row_of = {(split, r["index"]): r for split, split_rows in rows.items() for r in split_rows}
     best = {p: a0 if a0.evaluation.latency else None for p, a0 in first.items()}
+    latency: dict[tuple, float | None] = {}  # (split, index, turn) -> its kernel's latency
     for turn in range(1, config.turns + 1):
         todo, scripts = [], []
         for split, index in first:
@@ -196,6 +196,7 @@ def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Pa
         for (split, index), b in best.items():
             d = done[(split, index, turn)]
             e = Evaluation.from_json(d["evaluation"])
+            latency[(split, index, turn)] = e.latency
             if e.latency and (b is None or e.latency < b.evaluation.latency):
                 row = row_of[(split, index)]
                 best[(split, index)] = Attempt(split, index, turn, REFINEMENT, row["workload"], row.get("name", ""),
@@ -207,7 +208,7 @@ def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Pa
         for turn in range(1, config.turns + 1):
             d = done[(split, index, turn)]
             out.append({k: d[k] for k in ("split", "index", "turn", "workload", "task")}
-                       | {"latency": Evaluation.from_json(d["evaluation"]).latency})
+                       | {"latency": latency[(split, index, turn)]})
     return out
 
 

@@ -64,5 +64,8 @@ def test_messages_say_what_the_value_must_be():
         EvalConfig(timeout_sec=float("nan"))
     with pytest.raises(InputError, match=r"^CollectConfig\.runner must be one of local, rpc, got 'ssh'$"):
         CollectConfig(runner="ssh")
-    with pytest.raises(InputError, match=r"^ReportConfig\.budgets must be a tuple, each a positive integer, got \(8, 0\)$"):
+    with pytest.raises(InputError, match=r"^ReportConfig\.budgets must be a non-empty tuple, each a positive integer, "
+                                         r"got \(8, 0\)$"):
         ReportConfig(budgets=(8, 0))
+    with pytest.raises(InputError, match=r"^ReportConfig\.budgets must be a non-empty tuple, .*, got \(\)$"):
+        ReportConfig(budgets=())

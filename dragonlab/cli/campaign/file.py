@@ -15,8 +15,8 @@ import tomllib
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
-from dragonlab.cli.options import choices_of, hints
-from dragonlab.core.fields import expected, field_type, within
+from dragonlab.cli.options import choices_of
+from dragonlab.core.fields import expected, field_type, hints, within
 from dragonlab.core.errors import InputError
 from dragonlab.learn.dataset_config import DatasetConfig
 from dragonlab.learn.rl import RLConfig
