@@ -61,7 +61,7 @@ _KINDS = {
     "ComputeInline": (None, ("block",), ()),
     "ReverseComputeInline": (None, ("block",), ()),
     "DecomposeReduction": ("block", ("block", "loop"), ()),
-    "RFactor": ("block", ("loop",), ("int",)),
+    "RFactor": ("block", ("loop",), ("axis",)),
     "ReIndex": ("block", ("block",), ("buffer", "read_write")),
     "Blockize": ("block", ("loop",), ("flag",)),
     "Tensorize": (None, (_ANY,), ("intrinsic", "flag")),
@@ -78,9 +78,15 @@ _GPU_ONLY_KEYS = {"meta_schedule.auto_tensorize", "meta_schedule.auto_tensorize_
 # The longest variable-length input lists (MetaSchedule: a split into 5 factors, a reorder of 26
 # loops); TVM takes minutes over a split into 1,024 factors.
 _MOST = {"Split": 8, "Fuse": 64, "Reorder": 64}
+# The integer slots and the ranges MetaSchedule writes in them ("factor" also takes None or a
+# sampled variable). Constrained decoding keeps a number being written inside these.
+INT_RANGES = {"int": (-MAX_INT, MAX_INT), "axis": (-16, 16), "buffer": (0, 63), "read_write": (0, 1), "tile_n": (1, 8),
+              "tile_max": (1, 1 << 16), "factor": (1, MAX_INT),
+              "annotation": (0, 1 << 16)}  # an annotation's int value (its key says whether it takes one)
 SCOPES = frozenset({"global", "local", "shared", "shared.dyn", "wmma.matrix_a", "wmma.matrix_b",
                     "wmma.accumulator"})
 THREADS = frozenset(f"{t}.{axis}" for t in ("blockIdx", "threadIdx", "vthread") for axis in "xyz")
+VALUES = {"scope": SCOPES, "thread": THREADS}  # the slots that take one of a fixed set of words
 # Annotation keys and the values MetaSchedule writes with them: "int" (a literal or a sampled
 # variable), "structure" (a tiling structure such as "SSRSRS"), "intrinsic" (a tensor intrinsic's
 # name), "ints" (a software pipeline), "true".
@@ -155,6 +161,46 @@ def _slots(values: list, slots: tuple, types: dict, after_postproc: bool, what: 
     return None
 
 
+def slot_of(kind: str, src: str, index: int | None) -> str | None:
+    """The slot type of input (`src` "i") or attribute ("a") `index` of the instruction `kind`
+    (`index` None: its variadic inputs); None where the allowlist has no such slot."""
+    spec = _KINDS.get(kind)
+    slots = () if spec is None else spec[1] if src == "i" else spec[2]
+    variadic = bool(slots) and slots[-1].endswith("*")
+    if index is None:
+        return slots[-1].rstrip("*") if variadic else None
+    return slots[index].rstrip("*") if index < len(slots) - variadic else None
+
+
+def most_inputs(kind: str) -> int | None:
+    """How many variadic inputs `kind` may have (None: no bound here)."""
+    return _MOST.get(kind)
+
+
+def fits(value, slot: str, types: dict) -> bool:
+    """Whether `value` is what MetaSchedule writes in a slot of type `slot` (`slot_of`);
+    `types` maps variable names to "block", "loop" or "var"."""
+    return _fits(value, slot, types)
+
+
+def int_prefix_fits(text: str, slot: str) -> bool:
+    """Whether some integer of an integer slot's range (`INT_RANGES`) is written beginning
+    with `text`, as the encoder writes integers (no leading zeros, no '+')."""
+    lo, hi = INT_RANGES[slot]
+    negative, digits = text.startswith("-"), text.removeprefix("-")
+    if digits == "":
+        return lo < 0 if negative else lo <= hi
+    if not digits.isdigit() or digits.startswith("0"):
+        return digits == "0" and not negative and lo <= 0 <= hi
+    for more in range(len(str(max(abs(lo), abs(hi)))) - len(digits) + 1):  # the digits still to come
+        low, high = int(digits) * 10 ** more, (int(digits) + 1) * 10 ** more - 1
+        if negative:
+            low, high = -high, -low
+        if max(low, lo) <= min(high, hi):
+            return True
+    return False
+
+
 def _fits(v, slot: str, types: dict) -> bool:
     """Whether `v` is what MetaSchedule writes in a slot of this type."""
     if slot in ("block", "loop", _ANY):
@@ -175,16 +221,8 @@ def _fits(v, slot: str, types: dict) -> bool:
         return v in ((False, 0) if slot == "false" else (False, True, 0, 1)) and type(v) in (bool, int)
     if slot == "none":
         return v is None
-    if slot == "int":
-        return _int(v, -MAX_INT)
-    if slot == "buffer":
-        return _int(v, 0, 63)
-    if slot == "read_write":  # BufferIndexType: 0 read, 1 write (another value aborts TVM)
-        return _int(v, 0, 1)
-    if slot == "tile_n":
-        return _int(v, 1, 8)
-    if slot == "tile_max":
-        return _int(v, 1, 1 << 16)
+    if slot in INT_RANGES:  # read_write is BufferIndexType: 0 read, 1 write (another value aborts TVM)
+        return _int(v, *INT_RANGES[slot])
     if slot == "candidates":
         return isinstance(v, list) and 0 < len(v) <= 64 and all(_int(x, -MAX_INT) for x in v)
     if slot == "probabilities":
@@ -192,10 +230,8 @@ def _fits(v, slot: str, types: dict) -> bool:
             type(x) is float and math.isfinite(x) and 0.0 <= x <= 1.0 for x in v)
     if slot == "paddings":
         return isinstance(v, list) and 0 < len(v) <= 8 and all(_int(x, 1) for x in v)
-    if slot == "scope":
-        return v in SCOPES
-    if slot == "thread":
-        return v in THREADS
+    if slot in VALUES:
+        return v in VALUES[slot]
     if slot == "intrinsic":
         return isinstance(v, str) and bool(_NAME.match(v))
     if slot == "key":  # which keys, with which values: _annotation
@@ -218,7 +254,7 @@ def _annotation(kind: str, inputs: list, attrs: list, types: dict, after_postpro
         return None
     value, typ = inputs[1], allowed[key]
     literal = value[1:-1] if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"' else None
-    ok = {"int": lambda: _int(value, 0, 1 << 16) or (isinstance(value, str) and types.get(value) == "var"),
+    ok = {"int": lambda: _int(value, *INT_RANGES["annotation"]) or (isinstance(value, str) and types.get(value) == "var"),
           "structure": lambda: literal is not None and bool(_STRUCTURE.match(literal)),
           "intrinsic": lambda: literal is not None and bool(_NAME.match(literal)),
           "ints": lambda: isinstance(value, list) and len(value) <= 16 and all(_int(x, 0, 64) for x in value),

@@ -9,13 +9,15 @@ constrained decoding ask of the live schedule, never touching TVM in the caller:
   location), their annotations, loop extents, the blocks and functions of the module, and the
   decision TVM kept for the last instruction (None if the prefix does not apply);
 - `Replayer.counts`: how many outputs a query (`get_loops`, ...) gives for each live variable;
-- `Replayer.try_lines`: whether each of several candidate instructions applies after the prefix.
+- `Replayer.try_lines`: whether each of several candidate instructions applies after the prefix;
+- `Replayer.locations`: the compute locations TVM keeps as written for a block.
 
 A crash or a timeout in the worker means "does not apply" (`Replayer.crashes` counts them).
 `State` is the caller's view of one prefix's facts; `TAKES` says what kind of variable each
 argument of an instruction may name, in `State.usable`'s letters; `tile_ok` says whether a text
-begins a perfect-tile decision that TVM keeps for a loop's extent. `facts`, `counts` and
-`try_lines` are the functions the worker runs (module-level so it imports them by reference).
+begins a perfect-tile decision that TVM keeps for a loop's extent. `facts`, `counts`,
+`try_lines` and `locations` are the functions the worker runs (module-level so it imports them
+by reference).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import math
 from collections import OrderedDict
 
+from dragonlab.core.allowlist import INT_RANGES
 from dragonlab.core.codec import apply, plain_value
 from dragonlab.evaluation.replay import module_json, worker_module
 from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerError
@@ -156,6 +159,7 @@ _DIRECT = {
     "ReverseComputeAt": lambda s, i, a: s.reverse_compute_at(i[0], i[1], preserve_unit_loops=bool(a[0]),
                                                              index=a[1]),
     "DecomposeReduction": lambda s, i, a: s.decompose_reduction(i[0], i[1]),
+    "RFactor": lambda s, i, a: s.rfactor(i[0], a[0]),
 }
 
 
@@ -176,6 +180,27 @@ def try_lines(key: str, mod_json: str | None, plain: list, insts: list, *, progr
     return out
 
 
+def locations(key: str, mod_json: str | None, plain: list, block: str, *, progress=None) -> list[int]:
+    """Run in a worker: the compute locations TVM keeps as written for `block` after `plain`
+    (-2 inline, -1 root, else a loop's index). TVM repairs a decision it cannot take to the
+    largest valid one below it, so sampling (on a copy of the schedule: it changes no IR) with a
+    huge decision gives the largest, with one below that the next, and so on: one replay and a
+    sample per location."""
+    sch, names = _replayed(key, mod_json, plain, fresh=True)
+    rv = names[block]
+
+    def kept(decision: int) -> int:
+        probe = sch.copy()
+        probe.sample_compute_location(rv, decision=decision)
+        return int(probe.trace.get_decision(probe.trace.insts[-1]))
+
+    found, below = [], 2**31 - 1
+    while below >= -2 and (valid := kept(below)) <= below and valid not in found:
+        found.append(valid)
+        below = valid - 1
+    return sorted(found)
+
+
 class Replayer:
     """Applies scripts to a workload in a worker process (dragonlab.evaluation.workers) and caches what it
     learns. A crash or a timeout there means the script does not apply; `crashes` counts them."""
@@ -193,6 +218,11 @@ class Replayer:
     def counts(self, mod, plain: list, method: str) -> dict[str, int]:
         """How many outputs the query `method` gives for each live variable after `plain`."""
         return self._call(counts, mod, plain, method) or {}
+
+    def locations(self, mod, plain: list, block: str) -> list[int]:
+        """The compute locations TVM keeps as written for `block` after `plain` (none if the
+        worker fails)."""
+        return self._call(locations, mod, plain, block) or []
 
     def try_lines(self, mod, plain: list, insts: list) -> list[bool]:
         """Whether each instruction applies after `plain` (all False if the worker dies)."""
@@ -240,7 +270,16 @@ class State:
         self.usable["@"] |= self.usable["l"]
         self.usable["."] = set().union(*self.usable.values())
         self.annotated = {n for n, keys in facts["annotations"].items() if keys}
+        self.types = {**dict.fromkeys(self.usable["v"], "var"), **dict.fromkeys(self.usable["l"], "loop"),
+                      **dict.fromkeys(self.usable["b"], "block")}  # as the allowlist names them
         self._blocks, self._functions = set(facts["blocks"]), set(facts["functions"])
+        self.values = {}  # each sampled variable's value, as its decision gives it
+        for index, decision in decisions:
+            kind, _, attrs, outputs = insts[index]
+            if kind == "SamplePerfectTile":
+                self.values.update(zip(outputs, decision))
+            elif kind == "SampleCategorical" and outputs and isinstance(decision, int):
+                self.values[outputs[0]] = attrs[0][decision]
 
     def blocks(self) -> set[str]:
         return self._blocks
@@ -261,12 +300,13 @@ class State:
         return self._counts[method].get(name)
 
 
-def tile_ok(text: str, extent: int, n: int | None, inner: int) -> bool:
+def tile_ok(text: str, extent: int, n: int | None, inner: int, most: int = INT_RANGES["tile_n"][1]) -> bool:
     """Whether `text` begins a legal perfect-tile decision `[f1,...,fn]` of a loop of `extent`:
     every factor divides what is left, the product is the extent, the innermost is at most
-    `inner` (when positive), at least two factors, and exactly `n` when `n` is given."""
+    `inner` (when positive), at least two factors and at most `most` (the allowlist's), and
+    exactly `n` when `n` is given. The empty text begins one if any exists."""
     if not text.startswith("["):
-        return text == ""
+        return text == "" and tile_ok("[", extent, n, inner, most)
     closed = text.endswith("]")
     items = text[1:-1 if closed else None].split(",")
     if not all(s.isdigit() and not s.startswith("0") for s in items[:-1]):
@@ -279,31 +319,22 @@ def tile_ok(text: str, extent: int, n: int | None, inner: int) -> bool:
         left //= f
     last = items[-1]
     done = len(items) - 1  # complete factors before the last item
-
-    def feasible(rest: int, slots: int | None) -> bool:
-        """Can `slots` more factors (None: any number, at least one) multiply to `rest`?"""
-        if slots is None:
-            return True  # rest, then 1s if the innermost must be small
-        if slots == 0:
-            return rest == 1
-        return slots >= 2 or inner <= 0 or rest <= inner
-
+    counts = range(2, most + 1) if n is None else [n] if 2 <= n <= most else []  # factors in all
     if closed:
-        if not (last.isdigit() and not last.startswith("0")) or left % int(last):
+        if not (last.isdigit() and not last.startswith("0")):
             return False
-        k = done + 1
-        return left == int(last) and k >= 2 and (n is None or k == n) and (inner <= 0 or int(last) <= inner)
+        return left == int(last) and done + 1 in counts and (inner <= 0 or left <= inner)
     if last and not last.isdigit():
         return False
-    slots = None if n is None else n - done  # factors still to write, the one being written included
-    if slots is not None and slots < 1:
-        return False
-    for q in _divisors(left):
-        if str(q).startswith(last) and feasible(left // q, None if slots is None else slots - 1):
-            if slots == 1 and inner > 0 and q > inner:
-                continue
-            return True
-    return False
+
+    def option(q: int, k: int) -> bool:
+        """Whether q can be factor done + 1 of k, the rest multiplying to what is left."""
+        rest, slots = left // q, k - done - 1
+        if slots == 0:  # q is the innermost
+            return rest == 1 and (inner <= 0 or q <= inner)
+        return slots >= 2 or inner <= 0 or rest <= inner  # rest, then 1s
+
+    return any(str(q).startswith(last) and any(option(q, k) for k in counts if k > done) for q in _divisors(left))
 
 
 def _divisors(n: int) -> list[int]:

@@ -28,6 +28,11 @@ characters.
 
 from __future__ import annotations
 
+import itertools
+import math
+import re
+
+from dragonlab.core import allowlist
 from dragonlab.core.allowlist import ANNOTATIONS, POSTPROC_ANNOTATIONS, refusal
 from dragonlab.core.codec import BY_MNEMONIC, KEY_ALIASES, LineReader, ScriptSyntaxError
 from dragonlab.learn.schedule_oracle import TAKES, Replayer, State, tile_ok
@@ -44,7 +49,7 @@ MAX_LINE = 512
 # The annotation keys a constrained `ann` may write: those MetaSchedule writes in a design part,
 # which are the ones the evaluator accepts (an `unann` may only remove one that is there).
 # Free-form keys would also let a model write words without end.
-_KEYS = set(ANNOTATIONS) | set(POSTPROC_ANNOTATIONS)  # the latter only after postproc (the allowlist says where)
+_KEYS = set(ANNOTATIONS) | set(POSTPROC_ANNOTATIONS)  # the latter only after postproc, as the allowlist says
 _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
 
 
@@ -174,6 +179,12 @@ class ScriptFollower:
         open_value = reader.written - 1 if reader.value_end == len(line) else None
         if not self._values_ok(state, kind, reader.values[:reader.written], open_value):
             return False
+        if not complete and not self._open_argument_ok(state, kind, reader, line):
+            return False
+        if kind.mnemonic == "tile" and reader.written >= 3 and not self._tile_feasible(state, reader.values, open_value):
+            return False
+        if kind.mnemonic == "split" and not _split_feasible(state, line, complete):
+            return False
         if not complete and line.endswith(" ") and not self._more_can_follow(state, kind, reader):
             return False
         if kind.mnemonic in ("fuse", "reorder", "merge") and self._names_repeat(state, line, complete):
@@ -210,17 +221,17 @@ class ScriptFollower:
     @staticmethod
     def _names_repeat(state: State, line: str, complete: bool) -> bool:
         """fuse, reorder and merge take each loop once (TVM refuses a repeat): whether the
-        names of `line` repeat one, not counting a last name that may still grow into another."""
-        reader = _Reader(state)
-        try:
-            reader.read(line.removesuffix(" "), open_end=not complete)
-        except ScriptSyntaxError:
-            return False
-        names = reader.values[0] if reader.values and isinstance(reader.values[0], list) else []
-        if names and not complete and not line.endswith(" ") \
-                and any(n.startswith(names[-1]) and n != names[-1] for n in state.usable["l"]):
-            names = names[:-1]
-        return len(set(names)) < len(names)
+        names of `line` repeat one, or a last name still being written can only become one
+        already named."""
+        words = _variadic_words(line.split(" ", 1)[1] if " " in line else "")
+        typed = words.pop() if words and not complete and not line.endswith(" ") else None
+        if typed is not None and _RUN.fullmatch(typed):  # a run written out (it could only grow past the loops)
+            words, typed = words + [typed], None
+        named = [name for word in words for name in _run_names(word)]
+        if len(set(named)) < len(named):
+            return True
+        return typed is not None and "." not in typed and \
+            not any(n.startswith(typed) and n not in named for n in state.usable["l"])
 
     @staticmethod
     def _more_can_follow(state: State, kind, reader) -> bool:
@@ -237,16 +248,15 @@ class ScriptFollower:
 
     @staticmethod
     def _variables_left(kind, k: int) -> int | None:
-        """If parameter k and at most one after it are variables that the line needs, and the
-        rest have defaults, how many such variables (1 or 2); else None. Then whether the line
-        can apply is decided by those variables alone, so it can be checked by trying them."""
+        """If parameter k and at most one after it are what the line still needs, each a
+        variable or an integer of a small range (rfactor's axis), and the rest have defaults,
+        how many (1 or 2); else None. Then whether the line can apply is decided by those
+        alone, so it can be checked by trying them."""
         params = kind.params
         if kind.mnemonic in _SAMPLING or k >= len(params):
             return None
         needed = [p for p in params[k:] if p.default == ()]
-        if params[k].type != "rv" or params[k].index is None or len(needed) > 2:
-            return None
-        if any(p.type != "rv" or p.index is None for p in needed[1:]):
+        if len(needed) > 2 or not all(_choosable(kind, p) for p in [params[k], *needed[1:]]):
             return None
         return max(1, len(needed))
 
@@ -269,19 +279,18 @@ class ScriptFollower:
         return self._starts[key]
 
     def _some_completion_applies(self, state: State, kind, k: int, head: str, typed: str,
-                                 budget: int = 64) -> bool:
+                                 budget: int = 256) -> bool:
         """`head` is a line up to parameter k, a variable which `typed` begins, and after which
         at most one more variable is needed: some choice of them must make the line apply
-        (`inline b` must not become `inline b0` if b0 cannot be inlined). After `budget`
-        failed tries it gives up and says yes: the check is to avoid dead ends, not to be one."""
-        takes, mnemonic = TAKES[kind.mnemonic], kind.mnemonic
-        newest_first = lambda names: sorted(names, key=lambda n: (len(n), n), reverse=True)  # noqa: E731
-        first = newest_first(n for n in state.usable[takes[k]] if n.startswith(typed))
-        if mnemonic in _COUNTS:  # a count query on a live variable always applies with its true count
-            return any(state.query(_COUNTS[mnemonic], a) is not None for a in first)
-        second = newest_first(state.usable[takes[k + 1]]) if self._variables_left(kind, k) == 2 else [None]
-        lines = [f"{head} {a}" + (f" {b}" if b else "") for a in first for b in second]
-        return any(self._applies(state, lines[:budget])) or len(lines) > budget
+        (`inline b` must not become `inline b0` if b0 cannot be inlined). It tries the
+        `budget` likeliest choices (the newest variables, the smallest integers) and no more."""
+        first = _choices(state, kind, k, typed)
+        if kind.mnemonic in _COUNTS:  # a count query on a live variable always applies with its true count
+            return any(state.query(_COUNTS[kind.mnemonic], a) is not None for a in first)
+        second = _choices(state, kind, k + 1, "") if self._variables_left(kind, k) == 2 else [None]
+        pairs = sorted(itertools.product(range(len(first)), range(len(second))), key=sum)[:budget]  # likeliest first
+        return any(self._applies(state, [f"{head} {first[i]}" + ("" if second[j] is None else f" {second[j]}")
+                                         for i, j in pairs]))
 
     def _applies(self, state: State, lines: list[str]) -> list[bool]:
         """Whether each complete line applies after `state`, tried together in the worker (the
@@ -302,11 +311,18 @@ class ScriptFollower:
         return [self._applies_cache.get((state.serial, line), False) for line in lines]
 
     def _values_ok(self, state: State, kind, values: list, open_value: int | None) -> bool:
-        """Written attributes of the type their parameter takes; `get` names a block of the
-        schedule. `open_value`: the index of a value that ends the text so far (it may grow)."""
+        """Written values of the type their parameter takes and that the allowlist accepts
+        there; `get` names a block of the schedule. `open_value`: the index of a value that
+        ends the text so far (it may grow: `_open_argument_ok` checks it)."""
         for k, (p, v) in enumerate(zip(kind.params, values)):
+            slot = allowlist.slot_of(kind.name, p.src, p.index)
             if p.index is None:
+                complete = (v[:-1] if k == open_value else v) if isinstance(v, list) else []
+                if slot in ("factor", "int") and not all(allowlist.fits(x, slot, state.types) for x in complete):
+                    return False
                 continue
+            if slot in _VALUE_SLOTS and k != open_value and not allowlist.fits(v, slot, state.types):
+                return False
             if p.type == "int" and not (type(v) is int):
                 return False
             if p.type == "bool" and not isinstance(v, bool):
@@ -314,7 +330,8 @@ class ScriptFollower:
             if p.type in ("str", "key", "thread") and not isinstance(v, str):
                 return False
             if p.type == "key":
-                keys = state.annotations(values[0]) if kind.mnemonic == "unann" else _KEYS
+                keys = state.annotations(values[0]) if kind.mnemonic == "unann" else \
+                    _KEYS if any(inst[0] == "EnterPostproc" for inst in state.insts) else set(ANNOTATIONS)
                 spellings = {_SPELLINGS.get(key, key) for key in keys}
                 if not (v in keys or k == open_value and any(sp.startswith(v) for sp in spellings)):
                     return False
@@ -337,27 +354,59 @@ class ScriptFollower:
             return _int_prefix_of(text, self._valid_locations(state, values[0]))
         return True  # ptile: checked when its line is complete
 
+    @staticmethod
+    def _open_argument_ok(state: State, kind, reader, line: str) -> bool:
+        """The argument being written can still become what the allowlist accepts there: a
+        number stays a prefix of one in its slot's range, a split factor is a number, a sampled
+        variable or None, and a variadic list stays within its length."""
+        k = reader.param
+        if k is None or k >= len(kind.params) or reader.decision_at is not None or reader.outputs_at is not None:
+            return True
+        p = kind.params[k]
+        slot = allowlist.slot_of(kind.name, p.src, p.index)
+        words = _variadic_words(line[reader.value_start:]) if p.index is None else [line[reader.value_start:]]
+        most = allowlist.most_inputs(kind.name)
+        if p.index is None and most is not None and sum(len(_run_names(w, at_least=2)) for w in words) > most:
+            return False
+        text = words[-1] if words and not line.endswith(" ") else ""
+        if kind.name == "Annotate" and k == 2 and text:  # the value, of the type its key takes
+            typ = {**ANNOTATIONS, **POSTPROC_ANNOTATIONS}.get(reader.values[1]) if len(reader.values) > 1 else None
+            if typ == "int":
+                return allowlist.int_prefix_fits(text, "annotation") if text[0] in "-0123456789" else \
+                    any(v.startswith(text) for v in state.usable["v"])
+            return typ != "true" or any(word.startswith(text) for word in ("true", "1"))
+        if text and slot in ("candidates", "probabilities", "paddings", "blocks") and not text.startswith("["):
+            return False
+        if text and slot in _WORDS:
+            return any(word.startswith(text.strip('"')) for word in _WORDS[slot])
+        if text == "" or slot not in allowlist.INT_RANGES:
+            return True
+        if text[0] in "-0123456789":
+            return allowlist.int_prefix_fits(text, slot)
+        if slot != "factor":
+            return False
+        name = _NAME_OR_RUN.fullmatch(text)
+        return "None".startswith(text) or bool(name) and any(v.startswith(name[1]) for v in state.usable["v"])
+
+    @staticmethod
+    def _tile_feasible(state: State, values: list, open_value: int | None) -> bool:
+        """Whether a tile whose factor count is written (maybe still open) has a decision:
+        n = 1 leaves one factor, the extent, which must not exceed the innermost bound."""
+        extent, inner, n = state.extent(values[0]), values[1], values[2]
+        if extent is None or type(inner) is not int or type(n) is not int:
+            return True
+        counts = [c for c in range(1, allowlist.INT_RANGES["tile_n"][1] + 1)
+                  if str(c).startswith(str(n)) and (open_value == 2 or c == n)]
+        return any(tile_ok("[", extent, c, inner) for c in counts)
+
     def _valid_locations(self, state: State, block: str) -> list[int]:
         """The compute locations TVM keeps for `block`: -2 (root), -1 (inline), or the index
-        of a loop. TVM repairs any other decision to the largest valid one below it, so the
-        largest is what a huge decision becomes, and each one up to it is tried."""
+        of a loop (asked of the worker once per block and state)."""
         key = (state.serial, block)
         if key not in self._locations:
-            self._locations[key] = []
-            largest = self._repaired(state, f"loc {block} ={2**31 - 1}")
-            if isinstance(largest, int):
-                self._locations[key] = [d for d in range(-2, largest + 1)
-                                        if self._apply_line(state, f"loc {block} ={d}") is not None]
+            self._locations[key] = self.replayer.locations(self.mod, [state.insts, state.decisions], block) \
+                if block in state.usable["b"] else []
         return self._locations[key]
-
-    def _repaired(self, state: State, line: str):
-        """The decision TVM takes for the sampling `line` (None if it does not apply)."""
-        try:
-            inst, decision = self._reader(state).read(line, open_end=False)
-        except ScriptSyntaxError:
-            return None
-        after = self._state(state.insts + [inst], state.decisions + [[len(state.insts), decision]])
-        return None if after is None else after.facts["decision"]
 
     def _count_ok(self, state: State, mnemonic: str, values: list, text: str) -> bool:
         if BY_MNEMONIC[mnemonic].count != "*" or not (text == "" or text.isdigit() and not text.startswith("0")):
@@ -368,10 +417,85 @@ class ScriptFollower:
         return count is None or count > 0 and str(count).startswith(text)
 
 
+# The allowlist's slots that hold values rather than variables, checked as soon as written.
+_VALUE_SLOTS = set(allowlist.INT_RANGES) | set(allowlist.VALUES) | {"flag", "false", "candidates", "probabilities",
+                                                                    "paddings"}
+# What the allowlist's slots of words accept, as a script spells them.
+_WORDS = {**allowlist.VALUES, "flag": ("true", "false", "0", "1"), "false": ("false", "0")}
+_RUN = re.compile(r"([A-Za-z_]+)(\d+)\.\.(\d+)")
+_RUN_PREFIX = re.compile(r"([A-Za-z_]+)(\d+)(?:\.|\.\.(\d*))")  # l4., l4.., l4..1
+_NAME_OR_RUN = re.compile(r"([A-Za-z_]\w*)(\.\.?\d*)?")  # a name, maybe opening a run
 _FIRST = {"int": set("-0123456789"), "bool": set("tf"), "rv": set("$_" + "abcdefghijklmnopqrstuvwxyz"
                                                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ")}
 _FIRST["str"] = _FIRST["rv"] - {"$"} | {'"'}
 _FIRST["key"] = _FIRST["thread"] = _FIRST["rv"] - {"$"}  # the keys and threads of _KEYS are bare words
+
+
+def _choosable(kind, p) -> bool:
+    """Whether a needed parameter can be tried value by value: a variable, or an integer of a
+    range of at most 64 values."""
+    slot = allowlist.slot_of(kind.name, p.src, p.index) if p.index is not None else None
+    return p.index is not None and (p.type == "rv" or p.type == "int" and slot in allowlist.INT_RANGES
+                                    and allowlist.INT_RANGES[slot][1] - allowlist.INT_RANGES[slot][0] < 64)
+
+
+def _choices(state: State, kind, k: int, typed: str) -> list:
+    """The values parameter k of a line may take that begin with `typed`, likeliest first:
+    the newest variables of its kind, or the integers of its range nearest zero."""
+    p = kind.params[k]
+    if p.type == "rv":
+        names = (n for n in state.usable[TAKES[kind.mnemonic][k]] if n.startswith(typed))
+        return sorted(names, key=lambda n: (len(n), n), reverse=True)
+    lo, hi = allowlist.INT_RANGES[allowlist.slot_of(kind.name, p.src, p.index)]
+    return sorted((v for v in range(lo, hi + 1) if str(v).startswith(typed)), key=abs)
+
+
+def _split_feasible(state: State, line: str, complete: bool) -> bool:
+    """TVM splits a loop only if its factors multiply to at least its extent, or exactly one
+    is None (inferred): whether the factors written so far can still get there (while the
+    list is open, a factor to come can make up any product)."""
+    _, loop, *rest = line.split(" ") if line.count(" ") >= 2 else ("", "", "")
+    words = _variadic_words(" ".join(rest))
+    closed = complete or len([w for w in words if w]) < len([w for w in rest if w])  # ended by ';', '=' or '>'
+    last = words[-1] if words and not closed and not line.endswith(" ") else None  # being written
+    run = _RUN_PREFIX.fullmatch(last or "")
+    if run and (not run[3] or int(run[3]) <= int(run[2])):  # a run being written: can one be?
+        head = line[:len(line) - len(last)]
+        return any(_split_feasible(state, f"{head}{run[1]}{run[2]}..{hi}", False)
+                   for hi in range(int(run[2]) + 1, int(run[2]) + 9) if str(hi).startswith(run[3] or ""))
+    growing = last is not None and (last[:1].isdigit() or any(v.startswith(last) and v != last for v in state.values))
+    factors = []
+    for name in (name for word in (words[:-1] if growing else words) for name in _run_names(word)):
+        if not (name.isdigit() or name == "None" or name in state.values):
+            return name in state.defined  # not a variable: no; a value not known here: applying the line tells
+        factors.append(int(name) if name.isdigit() else None if name == "None" else state.values[name])
+    extent, most = state.extent(loop), allowlist.most_inputs("Split")
+    if factors.count(None) > 1 or len(factors) > most:
+        return False
+    if extent is None or None in factors or growing:
+        return True
+    return not closed and len(factors) < most or math.prod(factors) >= extent
+
+
+def _variadic_words(text: str) -> list[str]:
+    """The words of a variadic list, without what may follow it on its line (`; attrs`, `=`,
+    `>`); the last one may be empty (a name to come)."""
+    words = []
+    for word in text.split(" "):
+        if word.startswith((";", "=", ">")):
+            break
+        words.append(word)
+    return [w for w in words[:-1] if w] + words[-1:]
+
+
+def _run_names(word: str, *, at_least: int = 1) -> list[str]:
+    """The variables a word of a variadic list names (`l4..7`: four); a run still being
+    written (`l4..`) names at least `at_least`."""
+    run = _RUN.fullmatch(word)
+    if run is None:
+        return [word] * (at_least if "." in word else 1) if word else []
+    lo, hi = int(run[2]), int(run[3])
+    return [f"{run[1]}{n}" for n in range(lo, hi + 1)] if hi > lo else [word] * at_least
 
 
 def _starts_like(typ: str, first: str) -> bool:

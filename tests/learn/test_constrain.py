@@ -94,13 +94,44 @@ def matmul_follower():
     ("loc b1", True),                 # the root block has no compute location (a dead end once written)
     ("reorder l7 l8 l7", True),       # a loop named twice
     ("fuse l3..4 l4", True),          # the same, in a run
+    # Numbers stay inside the allowlist's ranges as they are written (each was a dead end).
+    ("tile l3 64 9", True),           # at most 8 factors
+    ("tile l3 65537", True),          # max_innermost_factor at most 65536
+    ("tile l3 00", True),             # no leading zero
+    ("tile l3 16 1 =", True),         # one factor, 64, is above the innermost bound 16
+    ("tile l3 =[1,1,1,1,1,1,1,1,", True),  # a ninth factor
+    ("split l3 nan", True),           # a factor is a positive integer, a sampled variable or None
+    ("split l3 0", True),
+    ("split l3 2 2 2 2 2 2 2 2 2", True),  # at most 8 factors
+    ("rfactor l7 21474836470", True),  # beyond 32 bits
+    ("rfactor l7 4e+", True),         # a float where an integer goes
+    ("split l3 na", True),            # nan, where only None is a keyword
+    ('split l3 "SSRSRS"', True),
+    ("split l3 [0", True),
+    ("split l3 v5 1 1 1 1 1 1 1 v", True),  # a ninth factor being named
+    ("split l3 v5..6 1 1 1 1 1 1 2", True),
+    ("split l3 v5 1 1 1 1 1 1 v5..", True),  # a run names two at least
+    ("cache_write b0 0 global_rule", True),  # not a storage scope
+    ("reorder l3 l4 l7 l8 l", True),  # every loop is named: none is left to begin with l
+    ("rfactor l7 17", True),          # a factor axis beyond any buffer's rank
+    ("rfactor l7 1", True),           # l7 is not a reduction loop: no axis makes it apply
+    ("split l3 v5 v6 ; true t", True),  # MetaSchedule never disables predication
+    ("ann b0 par 65537", True),       # an annotation's integer stays within 2**16
+    ("ann b0 layout_rewrite_preproc", True),  # a key the post-processors write, only after them
+    ("cat 4", True),                  # candidates are a list
+    ("split l3 None None", True),     # only one factor can be inferred
+    ("split l3 1 1 1 1 1 1 1 2 ", True),  # eight factors that multiply to 2, not 64
+    ("split l3 4 ;", True),           # a product of 4, and the list has ended
+    ("split l3 v5 ;", True),          # v5 is 4 (its tile's decision)
+    ("split l3 1 1 1 1 1 1 1 v5", True),  # eight factors, the last one a name that cannot grow
+    ("split l3 1 1 1 1 1 1 1 v5..", True),  # a run names two at least: nine factors
 ])
 def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower, piece, as_prefix):
     assert not matmul_follower.allows(piece + "\n")
     assert matmul_follower.allows(piece) != as_prefix
 
 
-@pytest.mark.parametrize("piece", ["loops b0", "tile l3 =[", "tile l3 =[2,", "tile l3 =[2,2,16]", "tile l3 =[1,6",
+@pytest.mark.parametrize("piece", ["loops b0", "split l3 4 16 ;", "split l3 v5 None", "split l3 v5 v6", "tile l3 =[", "tile l3 =[2,", "tile l3 =[2,2,16]", "tile l3 =[1,6",
                                    "cat [1,2,3] =2", "par l7", "ann b0 par 4", "vec l8", "fuse l7 l8", "get roo"])
 def test_follower_allows_what_can_still_apply(matmul_follower, piece):
     assert matmul_follower.allows(piece)
