@@ -254,7 +254,7 @@ def _annotation(kind: str, inputs: list, attrs: list, types: dict, after_postpro
         return None
     value, typ = inputs[1], allowed[key]
     literal = value[1:-1] if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"' else None
-    ok = {"int": lambda: _int(value, *INT_RANGES["annotation"]) or (isinstance(value, str) and types.get(value) == "var"),
+    ok = {"int": lambda: _int(value, *INT_RANGES["annotation"]) or isinstance(value, str) and types.get(value) == "var",
           "structure": lambda: literal is not None and bool(_STRUCTURE.match(literal)),
           "intrinsic": lambda: literal is not None and bool(_NAME.match(literal)),
           "ints": lambda: isinstance(value, list) and len(value) <= 16 and all(_int(x, 0, 64) for x in value),

@@ -181,9 +181,10 @@ class ScriptFollower:
             return False
         if not complete and not self._open_argument_ok(state, kind, reader, line):
             return False
-        if kind.mnemonic == "tile" and reader.written >= 3 and not self._tile_feasible(state, reader.values, open_value):
+        if kind.mnemonic == "tile" and reader.written >= 3 \
+                and not self._tile_feasible(state, reader.values, open_value):
             return False
-        if kind.mnemonic == "split" and not _split_feasible(state, line, complete):
+        if kind.mnemonic == "split" and not _split_feasible(state, line, complete, self.target_kind):
             return False
         if not complete and line.endswith(" ") and not self._more_can_follow(state, kind, reader):
             return False
@@ -450,10 +451,14 @@ def _choices(state: State, kind, k: int, typed: str) -> list:
     return sorted((v for v in range(lo, hi + 1) if str(v).startswith(typed)), key=abs)
 
 
-def _split_feasible(state: State, line: str, complete: bool) -> bool:
-    """TVM splits a loop only if its factors multiply to at least its extent, or exactly one
-    is None (inferred): whether the factors written so far can still get there (while the
-    list is open, a factor to come can make up any product)."""
+def _split_feasible(state: State, line: str, complete: bool, target_kind: str = "llvm") -> bool:
+    """Whether a split's factors can still be ones TVM takes (their product at least the loop's
+    extent, or exactly one None, inferred) without needless work: the product of the written
+    factors stays below twice the extent, or on cuda below 8,192 where that is more (MetaSchedule
+    splits a fetch loop into 1,024 threads and a vector of up to 8 whatever its extent). A larger
+    product only adds iterations that the split's predicate throws away: a split of a 14-long
+    loop into `v10..13 7743336` ran past the evaluator's time limit. While the list is open, a
+    factor to come can make up a product that is too small."""
     _, loop, *rest = line.split(" ") if line.count(" ") >= 2 else ("", "", "")
     words = _variadic_words(" ".join(rest))
     closed = complete or len([w for w in words if w]) < len([w for w in rest if w])  # ended by ';', '=' or '>'
@@ -461,7 +466,7 @@ def _split_feasible(state: State, line: str, complete: bool) -> bool:
     run = _RUN_PREFIX.fullmatch(last or "")
     if run and (not run[3] or int(run[3]) <= int(run[2])):  # a run being written: can one be?
         head = line[:len(line) - len(last)]
-        return any(_split_feasible(state, f"{head}{run[1]}{run[2]}..{hi}", False)
+        return any(_split_feasible(state, f"{head}{run[1]}{run[2]}..{hi}", False, target_kind)
                    for hi in range(int(run[2]) + 1, int(run[2]) + 9) if str(hi).startswith(run[3] or ""))
     growing = last is not None and (last[:1].isdigit() or any(v.startswith(last) and v != last for v in state.values))
     factors = []
@@ -472,9 +477,15 @@ def _split_feasible(state: State, line: str, complete: bool) -> bool:
     extent, most = state.extent(loop), allowlist.most_inputs("Split")
     if factors.count(None) > 1 or len(factors) > most:
         return False
-    if extent is None or None in factors or growing:
+    if extent is None:
         return True
-    return not closed and len(factors) < most or math.prod(factors) >= extent
+    known = math.prod(f for f in factors if f is not None)
+    cap = max(2 * extent, 8192 if target_kind == "cuda" else 0)
+    if known * (int(last) if growing and last.isdigit() else 1) >= cap:
+        return False  # needless iterations (a number being written only grows)
+    if None in factors or growing:
+        return True
+    return not closed and len(factors) < most or known >= extent
 
 
 def _variadic_words(text: str) -> list[str]:

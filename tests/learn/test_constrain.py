@@ -125,13 +125,17 @@ def matmul_follower():
     ("split l3 v5 ;", True),          # v5 is 4 (its tile's decision)
     ("split l3 1 1 1 1 1 1 1 v5", True),  # eight factors, the last one a name that cannot grow
     ("split l3 1 1 1 1 1 1 1 v5..", True),  # a run names two at least: nine factors
+    ("split l3 v5 7743336", True),    # 4 x 7,743,336 iterations of a loop of 64: predicated away
+    ("split l3 None 128", True),
+    ("split l3 v5 v6 2 ;", True),     # 128, twice the extent
 ])
 def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower, piece, as_prefix):
     assert not matmul_follower.allows(piece + "\n")
     assert matmul_follower.allows(piece) != as_prefix
 
 
-@pytest.mark.parametrize("piece", ["loops b0", "split l3 4 16 ;", "split l3 v5 None", "split l3 v5 v6", "tile l3 =[", "tile l3 =[2,", "tile l3 =[2,2,16]", "tile l3 =[1,6",
+@pytest.mark.parametrize("piece", ["loops b0", "split l3 4 16 ;", "split l3 v5 None", "split l3 v5 v6",
+                                   "tile l3 =[", "tile l3 =[2,", "tile l3 =[2,2,16]", "tile l3 =[1,6",
                                    "cat [1,2,3] =2", "par l7", "ann b0 par 4", "vec l8", "fuse l7 l8", "get roo"])
 def test_follower_allows_what_can_still_apply(matmul_follower, piece):
     assert matmul_follower.allows(piece)
