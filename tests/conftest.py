@@ -20,6 +20,7 @@ from dragonlab.search.config import CollectConfig
 from dragonlab.search.records import RecordStore
 from dragonlab.testing import trace_corpus
 from dragonlab.testing.cluster import rpc_cluster
+from dragonlab.testing.shared import once
 
 
 @pytest.fixture(scope="session")
@@ -37,31 +38,38 @@ def corpus():
 
 @pytest.fixture(scope="session")
 def collected(tmp_path_factory, quick):
-    """Two quick workloads, 8 trials each in rounds of 4, measured for real."""
-    root = tmp_path_factory.mktemp("collected")
+    """Two quick workloads, 8 trials each in rounds of 4, measured for real (once per run)."""
     workloads = [quick["matmul"], quick["softmax"]]
-    summary = collect(workloads, get_target("cpu"), RecordStore(root, create=True),
-                      CollectConfig(trials=8, trials_per_round=4), progress=False)
+
+    def make(folder):
+        return folder, collect(workloads, get_target("cpu"), RecordStore(folder, create=True),
+                               CollectConfig(trials=8, trials_per_round=4), progress=False)
+
+    root, summary = once(tmp_path_factory, "collected", make)
     return root, workloads, summary
 
 
 @pytest.fixture(scope="session")
 def data(collected, tmp_path_factory):
     """The session's matmul + softmax records as 4 examples (one of each task per workload), all in train."""
-    out = tmp_path_factory.mktemp("sft_data") / "ds"
-    assert main(["dataset", "build", "--records", str(collected[0]), "--out", str(out), "--top-k", "1",
-                 "--pairs-per-workload", "1", "--validation", "0", "--test", "0"]) == 0
-    return out
+    def make(folder):
+        assert main(["dataset", "build", "--records", str(collected[0]), "--out", str(folder / "ds"), "--top-k", "1",
+                     "--pairs-per-workload", "1", "--validation", "0", "--test", "0"]) == 0
+        return folder / "ds"
+
+    return once(tmp_path_factory, "sft_data", make)
 
 
 @pytest.fixture(scope="session")
 def tiny(data, tmp_path_factory):
-    """scratch-tiny trained until it has learned the few examples by heart."""
-    out = tmp_path_factory.mktemp("sft_tiny") / "run"
-    start = time.monotonic()
-    config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=160)
-    run = train(data, out, config, progress=False)
-    return run, time.monotonic() - start
+    """scratch-tiny trained until it has learned the few examples by heart (once per run), and
+    how long that took."""
+    def make(folder):
+        start = time.monotonic()
+        config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=160)
+        return train(data, folder / "run", config, progress=False), time.monotonic() - start
+
+    return once(tmp_path_factory, "sft_tiny", make)
 
 
 @pytest.fixture
