@@ -82,7 +82,9 @@ _MOST = {"Split": 8, "Fuse": 64, "Reorder": 64}
 # sampled variable). Constrained decoding keeps a number being written inside these.
 INT_RANGES = {"int": (-MAX_INT, MAX_INT), "axis": (-16, 16), "buffer": (0, 63), "read_write": (0, 1), "tile_n": (1, 8),
               "tile_max": (1, 1 << 16), "factor": (1, MAX_INT),
-              "annotation": (0, 1 << 16)}  # an annotation's int value (its key says whether it takes one)
+              "annotation": (0, 1 << 16),  # an annotation's int value (its key says whether it takes one)
+              "candidate": (-MAX_INT, MAX_INT), "padding": (1, MAX_INT)}  # the items of those lists
+LIST_MOST = {"candidates": 64, "probabilities": 64, "paddings": 8}  # the longest lists of these slots
 SCOPES = frozenset({"global", "local", "shared", "shared.dyn", "wmma.matrix_a", "wmma.matrix_b",
                     "wmma.accumulator"})
 THREADS = frozenset(f"{t}.{axis}" for t in ("blockIdx", "threadIdx", "vthread") for axis in "xyz")
@@ -122,10 +124,9 @@ def refusal(plain: list, target_kind: str = "llvm") -> str | None:
     after_postproc = False
     for i, inst in enumerate(insts):
         kind, inputs, attrs, outputs = inst
-        spec = _KINDS.get(kind)
-        if spec is None or (kind in _GPU_ONLY and target_kind != "cuda"):
+        if not writes(kind, target_kind):
             return f"instruction {i}: {kind} is not an instruction MetaSchedule writes for {target_kind}"
-        output_type, input_slots, attr_slots = spec
+        output_type, input_slots, attr_slots = _KINDS[kind]
         if len(inputs) > _MOST.get(kind, len(inputs)) + (kind == "Split"):
             return f"instruction {i} ({kind}): more than {_MOST[kind]} {'factors' if kind == 'Split' else 'loops'}"
         why = (_slots(inputs, input_slots, types, after_postproc, "input")
@@ -159,6 +160,11 @@ def _slots(values: list, slots: tuple, types: dict, after_postproc: bool, what: 
         if not _fits(value, slot, types):
             return f"{what} {k + 1} ({_show(value)}) is not a {slot.replace('_', ' ')}"
     return None
+
+
+def writes(kind: str, target_kind: str = "llvm") -> bool:
+    """Whether MetaSchedule writes instructions of `kind` for TVM's target kind `target_kind`."""
+    return kind in _KINDS and (kind not in _GPU_ONLY or target_kind == "cuda")
 
 
 def slot_of(kind: str, src: str, index: int | None) -> str | None:
@@ -223,13 +229,12 @@ def _fits(v, slot: str, types: dict) -> bool:
         return v is None
     if slot in INT_RANGES:  # read_write is BufferIndexType: 0 read, 1 write (another value aborts TVM)
         return _int(v, *INT_RANGES[slot])
-    if slot == "candidates":
-        return isinstance(v, list) and 0 < len(v) <= 64 and all(_int(x, -MAX_INT) for x in v)
+    if slot in LIST_MOST and not (isinstance(v, list) and 0 < len(v) <= LIST_MOST[slot]):
+        return False
+    if slot in ("candidates", "paddings"):
+        return all(_int(x, *INT_RANGES[slot[:-1]]) for x in v)
     if slot == "probabilities":
-        return isinstance(v, list) and 0 < len(v) <= 64 and all(
-            type(x) is float and math.isfinite(x) and 0.0 <= x <= 1.0 for x in v)
-    if slot == "paddings":
-        return isinstance(v, list) and 0 < len(v) <= 8 and all(_int(x, 1) for x in v)
+        return all(type(x) is float and math.isfinite(x) and 0.0 <= x <= 1.0 for x in v)
     if slot in VALUES:
         return v in VALUES[slot]
     if slot == "intrinsic":

@@ -176,6 +176,8 @@ class ScriptFollower:
         if kind is None or line == kind.mnemonic:  # the mnemonic is being written
             word = line.split(" ")[0]
             return complete or any(self._can_start(state, m) for m in BY_MNEMONIC if m.startswith(word))
+        if not allowlist.writes(kind.name, self.target_kind):
+            return False  # the evaluator refuses it unapplied
         open_value = reader.written - 1 if reader.value_end == len(line) else None
         if not self._values_ok(state, kind, reader.values[:reader.written], open_value):
             return False
@@ -270,7 +272,9 @@ class ScriptFollower:
         if key not in self._starts:
             kind, takes = BY_MNEMONIC[mnemonic], TAKES[mnemonic]
             first = state.annotated if mnemonic == "unann" else state.usable[takes[0]] if takes else ()
-            if kind.params and kind.params[0].type == "rv" and not first:
+            if not allowlist.writes(kind.name, self.target_kind):
+                self._starts[key] = False  # the evaluator refuses it unapplied
+            elif kind.params and kind.params[0].type == "rv" and not first:
                 self._starts[key] = False  # nothing it could name
             elif mnemonic == "loc":
                 self._starts[key] = any(self._valid_locations(state, b) for b in first)
@@ -378,6 +382,10 @@ class ScriptFollower:
             return typ != "true" or any(word.startswith(text) for word in ("true", "1"))
         if text and slot in ("candidates", "probabilities", "paddings", "blocks") and not text.startswith("["):
             return False
+        if text and slot in ("candidates", "paddings") and not text.endswith("]"):  # a list of integers being written
+            items = text[1:].split(",")
+            return len(items) <= allowlist.LIST_MOST[slot] and \
+                (items[-1] == "" or allowlist.int_prefix_fits(items[-1], slot[:-1]))
         if text and slot in _WORDS:
             return any(word.startswith(text.strip('"')) for word in _WORDS[slot])
         if text == "" or slot not in allowlist.INT_RANGES:

@@ -128,6 +128,9 @@ def matmul_follower():
     ("split l3 v5 7743336", True),    # 4 x 7,743,336 iterations of a loop of 64: predicated away
     ("split l3 None 128", True),
     ("split l3 v5 v6 2 ;", True),     # 128, twice the extent
+    ("reorder_iters b0", True),       # an instruction MetaSchedule never writes
+    ("tensorize b0", True),           # one it writes only for cuda
+    ("cat [0,64,6444553650", True),   # a candidate beyond 32 bits
 ])
 def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower, piece, as_prefix):
     assert not matmul_follower.allows(piece + "\n")
