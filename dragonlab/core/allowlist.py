@@ -192,7 +192,11 @@ def fits(value, slot: str, types: dict) -> bool:
 def int_prefix_fits(text: str, slot: str) -> bool:
     """Whether some integer of an integer slot's range (`INT_RANGES`) is written beginning
     with `text`, as the encoder writes integers (no leading zeros, no '+')."""
-    lo, hi = INT_RANGES[slot]
+    return int_prefix_in(text, *INT_RANGES[slot])
+
+
+def int_prefix_in(text: str, lo: int, hi: int) -> bool:
+    """Whether some integer in [lo, hi] is written beginning with `text` (no leading zeros)."""
     negative, digits = text.startswith("-"), text.removeprefix("-")
     if digits == "":
         return lo < 0 if negative else lo <= hi

@@ -379,6 +379,12 @@ class ScriptFollower:
             if typ == "int":
                 return allowlist.int_prefix_fits(text, "annotation") if text[0] in "-0123456789" else \
                     any(v.startswith(text) for v in state.usable["v"])
+            if typ == "structure":  # a quoted tiling structure such as "SSRSRS"
+                return _STRUCTURE_PREFIX.fullmatch(text) is not None
+            if typ == "intrinsic":
+                return text.startswith('"')
+            if typ == "ints":
+                return text.startswith("[")
             return typ != "true" or any(word.startswith(text) for word in ("true", "1"))
         if text and slot in ("candidates", "probabilities", "paddings", "blocks") and not text.startswith("["):
             return False
@@ -431,6 +437,7 @@ _VALUE_SLOTS = set(allowlist.INT_RANGES) | set(allowlist.VALUES) | {"flag", "fal
                                                                     "paddings"}
 # What the allowlist's slots of words accept, as a script spells them.
 _WORDS = {**allowlist.VALUES, "flag": ("true", "false", "0", "1"), "false": ("false", "0")}
+_STRUCTURE_PREFIX = re.compile(r'"[SR]{0,16}|"[SR]{1,16}"')  # the allowlist's tiling structures, as written
 _RUN = re.compile(r"([A-Za-z_]+)(\d+)\.\.(\d+)")
 _RUN_PREFIX = re.compile(r"([A-Za-z_]+)(\d+)(?:\.|\.\.(\d*))")  # l4., l4.., l4..1
 _NAME_OR_RUN = re.compile(r"([A-Za-z_]\w*)(\.\.?\d*)?")  # a name, maybe opening a run
@@ -491,6 +498,11 @@ def _split_feasible(state: State, line: str, complete: bool, target_kind: str = 
     cap = max(2 * extent, 8192 if target_kind == "cuda" else 0)
     if known * (int(last) if growing and last.isdigit() else 1) >= cap:
         return False  # needless iterations (a number being written only grows)
+    if growing and len(factors) + 1 == most and None not in factors:
+        # the last factor there is room for: some number or variable it can still become must fit
+        lo, hi = -(-extent // known), (cap - 1) // known
+        return allowlist.int_prefix_in(last, lo, hi) if last.isdigit() else \
+            any(v.startswith(last) and lo <= value <= hi for v, value in state.values.items())
     if None in factors or growing:
         return True
     return not closed and len(factors) < most or known >= extent

@@ -131,6 +131,10 @@ def matmul_follower():
     ("reorder_iters b0", True),       # an instruction MetaSchedule never writes
     ("tensorize b0", True),           # one it writes only for cuda
     ("cat [0,64,6444553650", True),   # a candidate beyond 32 bits
+    ("split l3 1 1 1 1 1 1 1 2", True),  # the eighth factor must become 64 to 127: none begins with 2
+    ("split l3 1 1 1 1 1 1 1 v", True),  # nor is any sampled variable (v5 is 4, v6 16)
+    ("ann b0 tiling 16", True),       # a tiling structure is a quoted string of S and R
+    ('ann b0 tiling ""', True),
 ])
 def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower, piece, as_prefix):
     assert not matmul_follower.allows(piece + "\n")
