@@ -2,20 +2,22 @@
 an RPC tracker with one CPU server on loopback."""
 
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from dragonlab.cli import main
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import suite
-from dragonlab.learn.sft import SFTConfig, train
-from dragonlab.search.collect import collect
+from dragonlab.learn.sft import SFTConfig, SFTRun, train
+from dragonlab.search.collect import CollectSummary, collect
 from dragonlab.search.config import CollectConfig
 from dragonlab.search.records import RecordStore
 from dragonlab.testing import trace_corpus
@@ -42,11 +44,11 @@ def collected(tmp_path_factory, quick):
     workloads = [quick["matmul"], quick["softmax"]]
 
     def make(folder):
-        return folder, collect(workloads, get_target("cpu"), RecordStore(folder, create=True),
-                               CollectConfig(trials=8, trials_per_round=4), progress=False)
+        return str(folder), dataclasses.asdict(collect(workloads, get_target("cpu"), RecordStore(folder, create=True),
+                                                       CollectConfig(trials=8, trials_per_round=4), progress=False))
 
     root, summary = once(tmp_path_factory, "collected", make)
-    return root, workloads, summary
+    return Path(root), workloads, CollectSummary(**summary)
 
 
 @pytest.fixture(scope="session")
@@ -55,9 +57,9 @@ def data(collected, tmp_path_factory):
     def make(folder):
         assert main(["dataset", "build", "--records", str(collected[0]), "--out", str(folder / "ds"), "--top-k", "1",
                      "--pairs-per-workload", "1", "--validation", "0", "--test", "0"]) == 0
-        return folder / "ds"
+        return str(folder / "ds")
 
-    return once(tmp_path_factory, "sft_data", make)
+    return Path(once(tmp_path_factory, "sft_data", make))
 
 
 @pytest.fixture(scope="session")
@@ -67,9 +69,12 @@ def tiny(data, tmp_path_factory):
     def make(folder):
         start = time.monotonic()
         config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=160)
-        return train(data, folder / "run", config, progress=False), time.monotonic() - start
+        run = train(data, folder / "run", config, progress=False)
+        return {**dataclasses.asdict(run), "out": str(run.out), "model_dir": str(run.model_dir)}, \
+            time.monotonic() - start
 
-    return once(tmp_path_factory, "sft_tiny", make)
+    run, seconds = once(tmp_path_factory, "sft_tiny", make)
+    return SFTRun(**{**run, "out": Path(run["out"]), "model_dir": Path(run["model_dir"])}), seconds
 
 
 @pytest.fixture

@@ -157,7 +157,7 @@ def _slots(values: list, slots: tuple, types: dict, after_postproc: bool, what: 
         return f"{len(values)} {what}s, expected {fixed}{' or more' if variadic else ''}"
     for k, value in enumerate(values):
         slot = slots[min(k, len(slots) - 1)].rstrip("*")
-        if not _fits(value, slot, types):
+        if not fits(value, slot, types):
             return f"{what} {k + 1} ({_show(value)}) is not a {slot.replace('_', ' ')}"
     return None
 
@@ -183,12 +183,6 @@ def most_inputs(kind: str) -> int | None:
     return _MOST.get(kind)
 
 
-def fits(value, slot: str, types: dict) -> bool:
-    """Whether `value` is what MetaSchedule writes in a slot of type `slot` (`slot_of`);
-    `types` maps variable names to "block", "loop" or "var"."""
-    return _fits(value, slot, types)
-
-
 def int_prefix_fits(text: str, slot: str) -> bool:
     """Whether some integer of an integer slot's range (`INT_RANGES`) is written beginning
     with `text`, as the encoder writes integers (no leading zeros, no '+')."""
@@ -211,8 +205,9 @@ def int_prefix_in(text: str, lo: int, hi: int) -> bool:
     return False
 
 
-def _fits(v, slot: str, types: dict) -> bool:
-    """Whether `v` is what MetaSchedule writes in a slot of this type."""
+def fits(v, slot: str, types: dict) -> bool:
+    """Whether `v` is what MetaSchedule writes in a slot of type `slot` (`slot_of`); `types`
+    maps variable names to "block", "loop" or "var"."""
     if slot in ("block", "loop", _ANY):
         return isinstance(v, str) and types.get(v) in slot.split("|")
     if slot == "factor":  # a split factor: a sampled tile size, a constant, or None (inferred)

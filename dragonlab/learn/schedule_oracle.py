@@ -273,6 +273,7 @@ class State:
         self.types = {**dict.fromkeys(self.usable["v"], "var"), **dict.fromkeys(self.usable["l"], "loop"),
                       **dict.fromkeys(self.usable["b"], "block")}  # as the allowlist names them
         self._blocks, self._functions = set(facts["blocks"]), set(facts["functions"])
+        self.after_postproc = any(inst[0] == "EnterPostproc" for inst in insts)
         self.values = {}  # each sampled variable's value, as its decision gives it
         for index, decision in decisions:
             kind, _, attrs, outputs = insts[index]

@@ -49,7 +49,9 @@ MAX_LINE = 512
 # The annotation keys a constrained `ann` may write: those MetaSchedule writes in a design part,
 # which are the ones the evaluator accepts (an `unann` may only remove one that is there).
 # Free-form keys would also let a model write words without end.
-_KEYS = set(ANNOTATIONS) | set(POSTPROC_ANNOTATIONS)  # the latter only after postproc, as the allowlist says
+_VALUE_TYPES = {**ANNOTATIONS, **POSTPROC_ANNOTATIONS}  # key -> the kind of value it takes
+_KEYS = set(_VALUE_TYPES)  # the post-processing ones only after EnterPostproc, as the allowlist says
+_DESIGN_KEYS = set(ANNOTATIONS)
 _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
 
 
@@ -323,7 +325,7 @@ class ScriptFollower:
             slot = allowlist.slot_of(kind.name, p.src, p.index)
             if p.index is None:
                 complete = (v[:-1] if k == open_value else v) if isinstance(v, list) else []
-                if slot in ("factor", "int") and not all(allowlist.fits(x, slot, state.types) for x in complete):
+                if slot == "factor" and not all(allowlist.fits(x, slot, state.types) for x in complete):
                     return False
                 continue
             if slot in _VALUE_SLOTS and k != open_value and not allowlist.fits(v, slot, state.types):
@@ -336,7 +338,7 @@ class ScriptFollower:
                 return False
             if p.type == "key":
                 keys = state.annotations(values[0]) if kind.mnemonic == "unann" else \
-                    _KEYS if any(inst[0] == "EnterPostproc" for inst in state.insts) else set(ANNOTATIONS)
+                    _KEYS if state.after_postproc else _DESIGN_KEYS
                 spellings = {_SPELLINGS.get(key, key) for key in keys}
                 if not (v in keys or k == open_value and any(sp.startswith(v) for sp in spellings)):
                     return False
@@ -375,7 +377,7 @@ class ScriptFollower:
             return False
         text = words[-1] if words and not line.endswith(" ") else ""
         if kind.name == "Annotate" and k == 2 and text:  # the value, of the type its key takes
-            typ = {**ANNOTATIONS, **POSTPROC_ANNOTATIONS}.get(reader.values[1]) if len(reader.values) > 1 else None
+            typ = _VALUE_TYPES.get(reader.values[1]) if len(reader.values) > 1 else None
             if typ == "int":
                 return allowlist.int_prefix_fits(text, "annotation") if text[0] in "-0123456789" else \
                     any(v.startswith(text) for v in state.usable["v"])
