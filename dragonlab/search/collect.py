@@ -32,7 +32,8 @@ from dragonlab.core.workloads import Workload
 from dragonlab.search.config import CollectConfig
 from dragonlab.search.explore import tune_context
 from dragonlab.search.measure import Measurer, make_runner
-from dragonlab.search.records import MS_FAILURE_SECS, OK, TIMEOUT, Record, RecordStore, classify_error
+from dragonlab.search.records import (MS_FAILURE_SECS, OK, TIMEOUT, Record, RecordStore, classify_error,
+                                      trace_text)
 
 
 @dataclass
@@ -150,26 +151,35 @@ def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: Co
         ctx = tune_context(w.mod, tvm_target, seed=rand_state, search_strategy=strategy, task_name=w.name,
                            num_threads=config.search_threads)
         cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=ctx.num_threads)
-        ctx.pre_tuning(max_trials=remaining, num_trials_per_iter=min(config.trials_per_round, remaining),
+        # MetaSchedule counts a timeout as a trial, this loop does not: room for as many again
+        ctx.pre_tuning(max_trials=2 * remaining, num_trials_per_iter=min(config.trials_per_round, remaining),
                        design_spaces=ctx.generate_design_space(), database=database, cost_model=cost_model)
         while remaining > 0:
             candidates = ctx.generate_measure_candidates()
             if not candidates:
                 break
-            candidates = list(candidates)[:remaining]
+            # After a resume the search proposes schedules measured before the kill again: MetaSchedule
+            # knows only what it picked itself. Those are not measured and, left out of the notice
+            # below, do not count against its trial budget; it never proposes one twice.
+            traces = [to_plain(c.sch.trace) for c in candidates]
+            fresh = [(c, t) for c, t in zip(candidates, traces)
+                     if (w.key, target.name, trace_text(t)) not in seen][:remaining]
+            if not fresh:
+                continue
+            candidates, traces = [c for c, _ in fresh], [t for _, t in fresh]
             results = measurer.measure([c.sch.mod for c in candidates],
                                        [c.args_info for c in candidates], tvm_target)
             interrupts.check()  # Ctrl-C also killed the workers: their batch says nothing of its schedules
             ctx.notify_runner_results(candidates, results)
             cost_model.update(ctx, candidates, results)
             new = []
-            for c, res in zip(candidates, results):
-                rec = _record(w, target, c, res, next_round, next_trial)
+            for c, trace, res in zip(candidates, traces, results):
+                rec = _record(w, target, trace, res, next_round, next_trial)
                 next_trial += 1
                 if rec.status != TIMEOUT:  # a timeout says nothing about the schedule
                     database.commit_tuning_record(ms.database.TuningRecord(
                         c.sch.trace, token, list(rec.latencies or [MS_FAILURE_SECS]), tvm_target, c.args_info))
-                if rec.identity in seen:
+                if rec.identity in seen:  # two candidates of one batch with one trace
                     continue
                 seen.add(rec.identity)
                 new.append(rec)
@@ -184,8 +194,7 @@ def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: Co
     store.mark_done(w.key, target.name, config.trials)
 
 
-def _record(w: Workload, target: TargetSpec, candidate, result, round_: int, trial: int) -> Record:
-    trace = to_plain(candidate.sch.trace)
+def _record(w: Workload, target: TargetSpec, trace: list, result, round_: int, trial: int) -> Record:
     if result.error_msg is None:
         secs = tuple(float(s) for s in result.run_secs)
         return Record(w.key, target.name, trace, OK, secs, None, round_, trial)
