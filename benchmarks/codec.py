@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 
 from dragonlab.testing import trace_corpus  # noqa: E402

@@ -1,12 +1,7 @@
 """Fixtures shared by the test modules: real search records, collected once per session;
 an RPC tracker with one CPU server on loopback."""
 
-import contextlib
 import dataclasses
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path

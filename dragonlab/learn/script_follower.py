@@ -492,8 +492,8 @@ def _split_feasible(state: State, line: str, complete: bool, target_kind: str = 
             return name in state.defined  # not a variable: no; a value not known here: applying the line tells
         factors.append(int(name) if name.isdigit() else None if name == "None" else state.values[name])
     extent, most = state.extent(loop), allowlist.most_inputs("Split")
-    if factors.count(None) > 1 or len(factors) > most:
-        return False
+    if factors.count(None) > 1 or len(factors) > most or any(f is not None and f < 1 for f in factors):
+        return False  # a factor of 0 (a categorical's value, say) splits nothing
     if extent is None:
         return True
     known = math.prod(f for f in factors if f is not None)

@@ -6,14 +6,11 @@ import json
 
 import pytest
 
-from dragonlab.testing import trace_corpus
 from dragonlab.core import allowlist, codec
-from dragonlab.testing import trace_corpus
 from dragonlab.core.targets import get_target
-from dragonlab.testing import trace_corpus
 from dragonlab.core.workloads import suite
-from dragonlab.testing import trace_corpus
 from dragonlab.search import defaults, explore
+from dragonlab.testing import trace_corpus
 
 
 def _refused(traces):

@@ -10,10 +10,9 @@ import tvm_ffi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dragonlab.testing import trace_corpus
 from dragonlab.core import codec
-from dragonlab.testing import trace_corpus
 from dragonlab.core.codec import ScriptSyntaxError, TraceFormatError, UnknownInstructionError
+from dragonlab.testing import trace_corpus
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 

@@ -11,24 +11,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dragonlab.testing import trace_corpus
 from dragonlab.core import codec
-from dragonlab.testing import trace_corpus
 from dragonlab.core.errors import InputError
-from dragonlab.testing import trace_corpus
 from dragonlab.evaluation.evaluate import Evaluator
-from dragonlab.testing import trace_corpus
 from dragonlab.evaluation.workers import Limits
-from dragonlab.testing import trace_corpus
 from dragonlab.learn import dataset, models
-from dragonlab.testing import trace_corpus
 from dragonlab.learn.attempts import sample_and_evaluate, summary
-from dragonlab.testing import trace_corpus
 from dragonlab.learn.constrain import ScriptConstraint, choose, for_rows
-from dragonlab.testing import trace_corpus
 from dragonlab.learn.schedule_oracle import Replayer, tile_ok
-from dragonlab.testing import trace_corpus
 from dragonlab.learn.script_follower import ScriptFollower
+from dragonlab.testing import trace_corpus
 
 
 def feed(follower: ScriptFollower, script: str) -> str | None:
@@ -264,3 +256,13 @@ def test_training_modules_import_no_tvm():
     code = f"import sys; sys.path.insert(0, {root!r}); import dragonlab.learn.sft, dragonlab.learn.rl; " \
            "assert 'tvm' not in sys.modules, 'importing sft or rl imported TVM'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_sampled_value_of_zero_is_no_split_factor():
+    """A categorical's value can be 0 (MetaSchedule's unroll steps begin with it): as a split factor
+    it splits nothing, and the follower says so instead of dividing by it."""
+    follower = ScriptFollower(trace_corpus.matmul(64))
+    assert feed(follower, "get C\nget root\nloops b0 >3\ncat [0,16] =0") is None
+    assert not follower.allows("split l2 v5 ")
+    assert not follower.allows("split l2 1 1 1 1 1 1 v5 v")
+    follower.replayer.close()
