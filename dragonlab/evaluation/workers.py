@@ -262,5 +262,8 @@ class WorkerPool:
 
 
 if __name__ == "__main__":
+    # No worker uses torch, but TVM's FFI imports it whenever it is installed: blocked, a worker
+    # starts in half the CPU time (1.7 s instead of 3.9 s) and half the memory (200 MB, not 400 MB).
+    sys.modules.setdefault("torch", None)
     _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False),
            int(sys.argv[3]), sys.argv[4] == "sandbox")
