@@ -28,10 +28,11 @@ chromium:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 		echo "no chromium and not root: the browser test will be skipped (install Debian's chromium)"
 
-# Two processes, a test file each at a time (a file's module fixtures are built once); the
-# expensive session fixtures are built once for both (dragonlab/testing/shared.py).
+# Two processes, a test file (or a group of files, tests/conftest.py) each at a time, so that a
+# file's module fixtures are built once; the expensive session fixtures are built once for both
+# (dragonlab/testing/shared.py).
 test: install chromium
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # The shipped corpus (data/cpu-standard-v1; docs/dataset.md): hours on 2 cores, resumable.
 CORPUS := data/cpu-standard-v1

@@ -20,6 +20,20 @@ from dragonlab.testing.cluster import rpc_cluster
 from dragonlab.testing.shared import once
 
 
+# `make test` runs two processes (`-n 2 --dist loadgroup`), a test file at a time in one of them, so
+# that a file's module fixtures are built once. Files named here share a process instead: they
+# share the trace corpus (design spaces on llvm and cuda) and TVM's tensor intrinsics, which cost
+# about 80 s and 30 s of CPU to make in each process that needs them.
+SHARED_PROCESS = {"tests/core/test_codec.py": "corpus", "tests/learn/test_constrain.py": "corpus"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(SHARED_PROCESS.get(path, path)))
+
+
 @pytest.fixture(scope="session")
 def quick():
     """The first quick workload of each family, by family."""
