@@ -52,7 +52,7 @@ def main() -> int:
     # The baseline first: a ratio is printed only if it measured (nearly) every trial.
     done = fair.baseline(
         "ms.tune_tir", lambda limit: _tune_tir(workloads, target, args, measure, limit),
-        lambda r: None if _enough(r[1], r[2], wanted) else
+        lambda r: None if fair.enough(r[1], r[2], wanted) else
         f"measured {r[2]} of {wanted} trials ok ({r[1]} recorded); first error: {r[3]}",
         args.baseline_build_timeout or measure.build_timeout_sec, args.retry_build_timeout)
     if done is None:
@@ -68,7 +68,7 @@ def main() -> int:
         recs = store.records()
         ours_all, ours_ok = len(recs), sum(r.status == OK for r in recs)
         error = next((f"{r.status}: {r.error}" for r in recs if r.status != OK), None)
-    if not _enough(ours_all, ours_ok, wanted):
+    if not fair.enough(ours_all, ours_ok, wanted):
         return fair.refuse_unequal(f"dragonlab collect measured {ours_ok} of {wanted} trials ok ({ours_all} recorded)",
                                    error)
 
@@ -80,12 +80,6 @@ def main() -> int:
     print(f"throughput ratio (collect / tune_tir), equal work: {ours_rate / base_rate:.2f}x"
           + ("" if idle else " (CONTENDED)"))
     return 0
-
-
-def _enough(recorded: int, ok: int, wanted: int) -> bool:
-    """Equal work: every trial measured, and no more than 5% of them failed (a search's own
-    failed candidates), so that a side that timed out is never a baseline."""
-    return recorded == wanted and ok >= 0.95 * wanted
 
 
 def _tune_tir(workloads, target, args, measure, build_timeout: float):

@@ -37,6 +37,12 @@ def machine(allow_contended: bool) -> bool:
     return False
 
 
+def enough(recorded: int, ok: int, wanted: int) -> bool:
+    """Equal work for a search: every trial measured, and no more than 5% of them failed (a
+    search's own failed candidates), so that a side that timed out is never a baseline."""
+    return recorded == wanted and ok >= 0.95 * wanted
+
+
 def refuse_unequal(what: str, first_error: str | None) -> int:
     """Say that the two sides did not do the same work, and return the exit status (1)."""
     print(f"no ratio: {what}" + (f"; first error: {first_error}" if first_error else ""), flush=True)

@@ -157,7 +157,8 @@ def test_two_shards_on_two_machines_through_one_tracker_merge_into_what_one_mach
     from dragonlab.testing.cluster import rpc_cluster
 
     names = [QUICK["matmul"].name, QUICK["batch_matmul"].name]  # keys 1 and 0 mod 2: one per shard
-    common = ["collect", "--suite", "quick", "--only", ",".join(names), "--trials", "4", "--per-round", "4"]
+    common = ["collect", "--suite", "quick", "--only", ",".join(names), "--trials", "4", "--per-round", "4",
+              "--population", "64", "--min-repeat-ms", "0"]  # a search of one round, timings not compared
     env = {**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
     with rpc_cluster(servers=2) as port:
         shards = [subprocess.Popen(CLI + common + ["--shard", f"{i}/2", "--out", str(tmp_path / f"machine{i}"),
