@@ -390,9 +390,12 @@ class Comparison:
         return fig
 
     def _plot(self) -> None:
-        self.figure.clear_output(wait=True)
-        with self.figure:
-            self.figure_of().show()
+        # The figure goes into the Output widget's state, not through `with self.figure:`. Under
+        # papermill, capturing output there makes nbclient send widget updates to the kernel on
+        # the shell channel while it waits on that channel for the cell's reply, and it could
+        # miss the reply: notebooks 00 and 06 hung at this widget, one time in three under load.
+        bundle = self.figure_of()._repr_mimebundle_()  # what fig.show() would display, by plotly's renderer
+        self.figure.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
 
     def evaluate_edit(self) -> None:
         """Judge the edit box's script; it joins the comparison as "edited"."""

@@ -1,6 +1,7 @@
 """The stepper and the comparison widget: what they compute, driven as a user would (no browser;
 tests/reporting/test_browser.py renders them in JupyterLab)."""
 
+import json
 import pytest
 
 from dragonlab.core import codec
@@ -65,7 +66,10 @@ def test_roofline_share_is_achieved_over_attainable():
     assert r.share(0, 1e6, 1e-2) == pytest.approx(0.1)  # no arithmetic: bytes/s of the bandwidth
 
 
-def test_the_comparison_judges_every_system_and_an_edited_script(quick, matmul_script):
+def test_the_comparison_judges_every_system_and_an_edited_script(quick, matmul_script, monkeypatch):
+    import plotly.io as pio
+
+    monkeypatch.setattr(pio.renderers, "default", "plotly_mimetype")  # what a kernel's renderer gives
     w = quick["matmul"]
     candidates = {w.key: [Candidate("search", matmul_script), Candidate("broken", "get C\nfuse")]}
     with Evaluator("cpu", EvalConfig(workers=1)) as evaluator:
@@ -81,6 +85,10 @@ def test_the_comparison_judges_every_system_and_an_edited_script(quick, matmul_s
             assert "<table" in c.diff.value and "for" in c.diff.value
             fig = c.figure_of()
             assert {t.name for t in fig.data if t.type == "box"} == {"unscheduled", "search"}
+            # The figure is the Output widget's state, never captured output: under papermill,
+            # captured output made nbclient write to the shell channel it awaited a reply on.
+            [shown] = c.figure.outputs
+            assert c.workloads[c.workload.value].name in json.dumps(shown["data"])
             assert all(0 < t.y[0] < 2 for t in fig.data if t.type == "bar")
 
             c.editor.value = matmul_script + "\nann b0 my_annotation 1"
