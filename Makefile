@@ -32,7 +32,7 @@ chromium:
 # file's module fixtures are built once; the expensive session fixtures are built once for both
 # (dragonlab/testing/shared.py).
 test: install chromium
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The shipped corpus (data/cpu-standard-v1; docs/dataset.md): hours on 2 cores, resumable.
 CORPUS := data/cpu-standard-v1
