@@ -25,8 +25,9 @@ from dragonlab.testing.shared import once
 # share the trace corpus (design spaces on llvm and cuda) and TVM's tensor intrinsics, which cost
 # about 80 s and 30 s of CPU to make in each process that needs them. (Not xdist's `loadgroup`: with
 # pytest 9 its group marks no longer reach the scheduler, and every test is scheduled alone.)
-SHARED_PROCESS = {"tests/core/test_codec.py": "corpus", "tests/learn/test_constrain.py": "corpus",
-                  "tests/cli/test_codec_cli.py": "corpus"}
+SHARED_PROCESS = {path: "corpus" for path in (
+    "tests/core/test_codec.py", "tests/learn/test_constrain.py", "tests/cli/test_codec_cli.py",
+    "tests/core/test_allowlist.py", "tests/search/test_msdb.py")}  # the last three sample cuda traces
 
 
 @pytest.hookimpl(optionalhook=True)
