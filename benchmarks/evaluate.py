@@ -28,7 +28,6 @@ import time
 
 import fair
 import tvm.s_tir.meta_schedule as ms
-import tvm.s_tir.tensor_intrin  # noqa: F401  (the host's one-off import, outside the timings)
 
 from dragonlab.core.codec import apply
 from dragonlab.evaluation.config import EvalConfig

@@ -27,7 +27,7 @@ from dragonlab.testing.shared import once
 # pytest 9 its group marks no longer reach the scheduler, and every test is scheduled alone.)
 SHARED_PROCESS = {path: "corpus" for path in (
     "tests/core/test_codec.py", "tests/learn/test_constrain.py", "tests/cli/test_codec_cli.py",
-    "tests/core/test_allowlist.py", "tests/search/test_msdb.py")}  # the last three sample cuda traces
+    "tests/core/test_allowlist.py", "tests/search/test_msdb.py", "tests/evaluation/test_evaluate.py")}
 
 
 @pytest.hookimpl(optionalhook=True)
