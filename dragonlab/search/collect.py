@@ -161,9 +161,14 @@ def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: Co
             # After a resume the search proposes schedules measured before the kill again: MetaSchedule
             # knows only what it picked itself. Those are not measured and, left out of the notice
             # below, do not count against its trial budget; it never proposes one twice.
-            traces = [to_plain(c.sch.trace) for c in candidates]
-            fresh = [(c, t) for c, t in zip(candidates, traces)
-                     if (w.key, target.name, trace_text(t)) not in seen][:remaining]
+            # Two candidates of one batch with one trace are measured once, too.
+            fresh = []
+            for c in candidates:
+                trace = to_plain(c.sch.trace)
+                identity = (w.key, target.name, trace_text(trace))
+                if identity not in seen and len(fresh) < remaining:
+                    seen.add(identity)  # every candidate measured becomes a record, timeouts included
+                    fresh.append((c, trace))
             if not fresh:
                 continue
             candidates, traces = [c for c, _ in fresh], [t for _, t in fresh]
@@ -179,9 +184,6 @@ def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: Co
                 if rec.status != TIMEOUT:  # a timeout says nothing about the schedule
                     database.commit_tuning_record(ms.database.TuningRecord(
                         c.sch.trace, token, list(rec.latencies or [MS_FAILURE_SECS]), tvm_target, c.args_info))
-                if rec.identity in seen:  # two candidates of one batch with one trace
-                    continue
-                seen.add(rec.identity)
                 new.append(rec)
             store.append(new)  # one batch = one append: a kill loses at most the batch in flight
             measured = sum(r.status != TIMEOUT for r in new)
