@@ -141,11 +141,11 @@ def _complete_size_of(path: Path) -> int:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
+def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
     """Write a whole file or nothing: a temporary file beside it, then one rename."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
+    with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

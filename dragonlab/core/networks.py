@@ -2,7 +2,8 @@
 
 `extract_model_workloads("resnet")` imports a network through Relax (torch.export, then TVM's
 legalisation) and returns each task MetaSchedule would tune, with the block names TVM's
-legalisation gives them and `weight` = how often the task occurs. `MODELS`: an MLP, a pre-LN
+legalisation gives them and `weight` = how often the task occurs. `import_torch` and
+`network_workloads` are its two steps, for any network (`dragonlab.tune`). `MODELS`: an MLP, a pre-LN
 transformer block (GPT-style), a CIFAR-sized ResNet and a small MobileNet. torch is imported only
 when a network is built.
 """
@@ -13,7 +14,7 @@ import math
 
 import tvm
 
-from dragonlab.core.errors import InputError
+from dragonlab.core.errors import InputError, one_line
 from dragonlab.core.workload import Workload
 
 
@@ -86,41 +87,56 @@ def _mobilenet():
 MODELS = {"mlp": _mlp, "transformer_block": _transformer_block, "resnet": _resnet, "mobilenet": _mobilenet}
 
 
-def extract_model_workloads(model: str = "mlp", *, target=None) -> list[Workload]:
-    """The MetaSchedule tuning tasks of a small PyTorch model, imported through Relax.
+class UnsupportedNetworkError(InputError):
+    """torch.export or TVM's Relax frontend cannot import a network; the message names the op."""
 
-    Parameters stay function inputs (keep_params_as_input), so weight transposes remain tasks of
-    their own, as they are when a model is compiled with its weights bound late. `target` is a
-    `tvm.target.Target`, a target dict, or a dragonlab target name; llvm with 2 cores by default.
-    Workloads are sorted by task name; `weight` is how often the task occurs in the model.
+
+def import_torch(net, example_inputs: tuple, *, name: str = "network", target=None):
+    """`net` (a torch.nn.Module, put in eval mode) as a Relax IRModule and its parameters.
+
+    Parameters stay function inputs (keep_params_as_input): `main` takes the example inputs'
+    tensors, then the parameters, in the order of the returned list. The module is in the form
+    tasks are extracted from and networks are built from (inference-time batch norm decomposed).
+    A network that does not export raises `UnsupportedNetworkError` naming what stopped it.
     """
     import torch
-    import tvm.s_tir.meta_schedule as ms
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
-    from tvm.s_tir.analysis import estimate_tir_flops
 
-    from dragonlab.core.targets import get_target
-
-    if model not in MODELS:
-        raise InputError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")
-    if target is None:
-        target = {"kind": "llvm", "num-cores": 2}
-    target = get_target(target).tvm() if isinstance(target, str) else tvm.target.Target(target)
-
+    target = tvm_target(target)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # export is tracing, not compute; don't fight the tuner for cores
+    torch.set_num_threads(1)  # export is tracing, not compute; don't fight a tuner for cores
     try:
-        torch.manual_seed(0)
-        net, example = MODELS[model]()
-        program = torch.export.export(net.eval(), (example,))
+        program = torch.export.export(net.eval(), tuple(example_inputs))
+    except Exception as e:  # torch raises many types (Unsupported, UserError, ...) for what it cannot trace
+        raise UnsupportedNetworkError(f"{name}: torch.export cannot export it: {one_line(e)}") from None
     finally:
         torch.set_num_threads(threads)
-    mod, _ = relax.frontend.detach_params(from_exported_program(program, keep_params_as_input=True))
+    try:
+        mod = from_exported_program(program, keep_params_as_input=True)
+    except Exception as e:  # an op without a converter: "Unsupported function types ['aten.x.default']"
+        raise UnsupportedNetworkError(f"{name}: TVM's Relax frontend cannot import it: {one_line(e, typed=False)}") \
+            from None
+    mod, params = relax.frontend.detach_params(mod)
     with target:
         mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
-                                        relax.transform.CanonicalizeBindings(), relax.get_pipeline("zero")])(mod)
+                                        relax.transform.CanonicalizeBindings()])(mod)
+    return mod, list(params.get("main", []))
 
+
+def network_workloads(mod: tvm.IRModule, prefix: str, *, target=None) -> list[Workload]:
+    """The MetaSchedule tuning tasks of a Relax module from `import_torch`, as workloads named
+    `<prefix>_<task>` of family `model:<prefix>/<task>`, sorted by task name; `weight` is how
+    often the task occurs. The module is lowered as `ms.relax_integration.compile_relax` lowers
+    it (legalise, fuse), so a database of these workloads is what a build of the network asks for.
+    """
+    import tvm.s_tir.meta_schedule as ms
+    from tvm import relax
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    target = tvm_target(target)
+    with target:
+        mod = relax.get_pipeline("zero")(mod)
     workloads = []
     for task in sorted(ms.relax_integration.extract_tasks(mod, target), key=lambda t: t.task_name):
         prim_mod = task.dispatched[0]
@@ -128,7 +144,37 @@ def extract_model_workloads(model: str = "mlp", *, target=None) -> list[Workload
         shapes = " ".join(f"{a.dtype}{list(map(int, a.shape))}" for a in args)
         # Layout tasks (transpose, reshape) do no arithmetic: count one op per output element.
         flops = max(int(estimate_tir_flops(prim_mod)), math.prod(int(s) for s in args[-1].shape))
-        workloads.append(Workload(f"{model}_{task.task_name}", f"model:{model}/{task.task_name}",
-                                  {"model": model, "task": task.task_name, "args": shapes},
+        workloads.append(Workload(f"{prefix}_{task.task_name}", f"model:{prefix}/{task.task_name}",
+                                  {"model": prefix, "task": task.task_name, "args": shapes},
                                   str(args[-1].dtype), flops, prim_mod, int(task.weight)))
     return workloads
+
+
+def extract_model_workloads(model: str = "mlp", *, target=None) -> list[Workload]:
+    """The MetaSchedule tuning tasks of one of `MODELS`, imported through Relax.
+
+    Parameters stay function inputs (keep_params_as_input), so weight transposes remain tasks of
+    their own, as they are when a model is compiled with its weights bound late. `target` is a
+    `tvm.target.Target`, a target dict, or a dragonlab target name; llvm with 2 cores by default.
+    Workloads are sorted by task name; `weight` is how often the task occurs in the model.
+    """
+    import torch
+
+    if model not in MODELS:
+        raise InputError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")
+    torch.manual_seed(0)
+    net, example = MODELS[model]()
+    mod, _ = import_torch(net, (example,), name=model, target=target)
+    return network_workloads(mod, model, target=target)
+
+
+def tvm_target(target) -> tvm.target.Target:
+    """A `tvm.target.Target` from one, a target dict or a dragonlab target name; llvm with 2
+    cores when None."""
+    from dragonlab.core.targets import get_target
+
+    if target is None:
+        target = {"kind": "llvm", "num-cores": 2}
+    if isinstance(target, tvm.target.Target):
+        return target
+    return get_target(target).tvm() if isinstance(target, str) else tvm.target.Target(target)

@@ -148,7 +148,7 @@ def _reference_outputs(key: str, mod, target, checks: int, seed: int) -> list[tu
     return _REFERENCES[cache_key]
 
 
-def _compare(out, ref) -> float:
+def error_ratio(out, ref) -> float:
     """Worst |out - ref| / tolerance; inf for a shape/dtype mismatch or a NaN where ref has none."""
     import numpy as np
 
@@ -262,7 +262,7 @@ def check_kernel(key: str, mod_json: str, target_config: dict, artifact: str, jo
             return {"stage": "run", "reason": reason_of(e)}
         progress("check")
         for j, (o, r) in enumerate(zip(outputs, expected)):
-            ratio = _compare(o, r)
+            ratio = error_ratio(o, r)
             worst = max(worst, ratio)
             if ratio > 1.0:
                 return {"stage": "check", "reason": f"argument {j} differs from the unscheduled kernel on input "

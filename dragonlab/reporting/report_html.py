@@ -13,7 +13,7 @@ from dragonlab.reporting.metrics import search_curves
 from dragonlab.reporting.results import Report
 
 
-def _fmt(x, kind: str = "") -> str:
+def fmt(x, kind: str = "") -> str:
     if x is None:
         return "–"
     if kind == "%":
@@ -29,7 +29,7 @@ def _fmt(x, kind: str = "") -> str:
     return html.escape(str(x))
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def table(headers: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -46,12 +46,12 @@ def sections(report: Report) -> list[tuple[str, str]]:
     paper, rows = report.paper, []
     cmp = report.rl_vs_sft
     for task in tasks:
-        ours = ", ".join(f"{n} {_fmt(s.task(task).correct if s.task(task) else None, '%')}" for n, s in systems.items())
-        rows.append([f"per-attempt correctness, {task}", _fmt(paper.correct(task), "%"), ours or "–"])
+        ours = ", ".join(f"{n} {fmt(s.task(task).correct if s.task(task) else None, '%')}" for n, s in systems.items())
+        rows.append([f"per-attempt correctness, {task}", fmt(paper.correct(task), "%"), ours or "–"])
         row = next((r for r in (cmp.rows if cmp else ()) if r.task == task), None)
         rows.append([f"RL faster than SFT, {task}", paper.rl_wins(task),
                      f"{row.wins}/{row.prompts} (p = {row.p_value:.3g})" if row else "–"])
-    out.append(("The paper beside ours", _table(["metric", "paper", "this run"], rows) +
+    out.append(("The paper beside ours", table(["metric", "paper", "this run"], rows) +
                 f"<p>Paper: {html.escape(paper.scale)}. This run: {report.held_out_workloads} held-out "
                 f"workloads on {html.escape(report.target)}, k = {cfg.k} attempts per prompt, "
                 f"{'constrained' if cfg.constrained else 'unconstrained'} decoding at temperature "
@@ -60,34 +60,34 @@ def sections(report: Report) -> list[tuple[str, str]]:
     rows = []
     for n, s in systems.items():
         for r in s.summary:
-            rows.append([n, r.task, str(r.attempts), _fmt(r.correct, "%"), _fmt(r.exact, "%"),
+            rows.append([n, r.task, str(r.attempts), fmt(r.correct, "%"), fmt(r.exact, "%"),
                          html.escape(", ".join(f"{k}: {v}" for k, v in r.stopped_at.items()))])
     out.append(("Per-attempt correctness and where the rest stopped",
-                _table(["system", "task", "attempts", "correct", "exact", "stopped at"], rows)))
+                table(["system", "task", "attempts", "correct", "exact", "stopped at"], rows)))
 
     by_task = [(n, t, s.task(t)) for n, s in systems.items() for t in tasks if s.task(t)]
     ks = sorted({k for _, _, m in by_task for k in m.pass_at_k})
-    rows = [[n, t] + [_fmt(m.pass_at_k.get(k), "%") for k in ks] for n, t, m in by_task]
-    out.append(("pass@k", _table(["system", "task"] + [f"pass@{k}" for k in ks], rows)))
+    rows = [[n, t] + [fmt(m.pass_at_k.get(k), "%") for k in ks] for n, t, m in by_task]
+    out.append(("pass@k", table(["system", "task"] + [f"pass@{k}" for k in ks], rows)))
 
-    rows = [[n, t, html.escape(base)] + [_fmt(by_p.get(p), "%") for p in cfg.p]
+    rows = [[n, t, html.escape(base)] + [fmt(by_p.get(p), "%") for p in cfg.p]
             for n, t, m in by_task for base, by_p in m.fast_p.items()]
     out.append(("fast_p: correct and faster than p x the baseline (share of attempts)",
-                _table(["system", "task", "baseline"] + [f"p = {p}" for p in cfg.p], rows)))
+                table(["system", "task", "baseline"] + [f"p = {p}" for p in cfg.p], rows)))
 
     rows = []
     for n, t, m in by_task:
         for label, st in (("unscheduled", m.speedup_vs_unscheduled), ("input script", m.speedup_vs_input)):
             if st:
-                rows.append([n, t, label, _fmt(st.geomean, "x"), _fmt(st.mean, "x"), _fmt(st.median, "x"),
-                             _fmt(st.geomean_correct, "x"), f"{st.correct}/{st.n}"])
+                rows.append([n, t, label, fmt(st.geomean, "x"), fmt(st.mean, "x"), fmt(st.median, "x"),
+                             fmt(st.geomean_correct, "x"), f"{st.correct}/{st.n}"])
     for n, b in report.baselines.items():
         st = b.speedup_vs_unscheduled
-        rows.append([n, "per workload", "unscheduled", _fmt(st.geomean, "x"), _fmt(st.mean, "x"),
-                     _fmt(st.median, "x"), _fmt(st.geomean_correct, "x"), f"{st.correct}/{st.n}"])
+        rows.append([n, "per workload", "unscheduled", fmt(st.geomean, "x"), fmt(st.mean, "x"),
+                     fmt(st.median, "x"), fmt(st.geomean_correct, "x"), f"{st.correct}/{st.n}"])
     out.append(("Speedups (an incorrect kernel counts as 1x: the unscheduled kernel is kept; "
                 "'geomean correct' leaves them out)",
-                _table(["system", "task", "against", "geomean", "mean", "median", "geomean correct", "correct"], rows)))
+                table(["system", "task", "against", "geomean", "mean", "median", "geomean correct", "correct"], rows)))
 
     budgets = sorted(cfg.budgets)
     rows = []
@@ -95,18 +95,18 @@ def sections(report: Report) -> list[tuple[str, str]]:
         cells = []
         for b in budgets:
             r = by_budget.get(b)
-            cells.append(f"{_fmt(r.geomean_latency_ratio if r else None, 'x')} ({r.workloads if r else 0} wl)")
+            cells.append(f"{fmt(r.geomean_latency_ratio if r else None, 'x')} ({r.workloads if r else 0} wl)")
         rows.append([html.escape(n)] + cells)
     out.append((f"Model best-of-{cfg.k} vs MetaSchedule at N trials (geomean latency ratio; < 1: faster than search)",
-                _table(["system"] + [f"N = {b}" for b in budgets], rows)))
+                table(["system"] + [f"N = {b}" for b in budgets], rows)))
 
     rows = []
     for n, per in report.trials_to_match.items():
         for key, m in per.items():
             rows.append([n, html.escape(names.get(key, key)),
                          f"{m.trials} of {m.searched}" if m.trials else f"not within {m.searched}",
-                         _fmt(m.seconds, "s")])
-    out.append(("Search needed to match the model's best-of-k kernel", _table(
+                         fmt(m.seconds, "s")])
+    out.append(("Search needed to match the model's best-of-k kernel", table(
         ["system", "workload", "trials", "wall time"], rows)))
 
     seeded = report.seeded_search
@@ -114,21 +114,21 @@ def sections(report: Report) -> list[tuple[str, str]]:
         r = seeded.vs_search_alone
         out.append(("Model-seeded search", f"<p>{html.escape(seeded.system)}: at {seeded.trials} trials "
                     f"(the model's kernels count as trials), latency / search alone = "
-                    f"{_fmt(r.geomean_latency_ratio, 'x')} (geomean over {r.workloads} workloads).</p>"))
+                    f"{fmt(r.geomean_latency_ratio, 'x')} (geomean over {r.workloads} workloads).</p>"))
 
     if cmp:
-        rows = [[r.task, str(r.prompts), _fmt(r.correct_a, "%"), _fmt(r.correct_b, "%"), _fmt(r.mean_reward_a),
-                 _fmt(r.mean_reward_b), f"{r.wins}/{r.both_correct}", str(r.losses), str(r.ties), _fmt(r.p_value)]
+        rows = [[r.task, str(r.prompts), fmt(r.correct_a, "%"), fmt(r.correct_b, "%"), fmt(r.mean_reward_a),
+                 fmt(r.mean_reward_b), f"{r.wins}/{r.both_correct}", str(r.losses), str(r.ties), fmt(r.p_value)]
                 for r in cmp.rows]
         out.append((f"RL vs SFT (first attempt per prompt; noise threshold {cmp.threshold:.1%} from "
-                    f"{cmp.retimed} kernels timed twice)", _table(
+                    f"{cmp.retimed} kernels timed twice)", table(
                         ["task", "prompts", "SFT correct", "RL correct", "SFT reward", "RL reward", "RL faster",
                          "RL slower", "ties", "sign test p"], rows)))
 
     audit = report.audit
     out.append(("Audit", f"<p>{audit.decoded} decoded scripts re-encoded; round-trip failures: "
                 f"{len(audit.round_trip_failures)}. Speedups above the evaluator's threshold (flagged, "
-                f"kept): {len(audit.suspicious)}.</p>" + (_table(
+                f"kept): {len(audit.suspicious)}.</p>" + (table(
                     ["entry"], [[html.escape(str(s))] for s in audit.suspicious]) if audit.suspicious else "")))
     out.append(("Sources", "<p>Every number above is computed from these files of "
                 f"<code>{html.escape(report.run)}/report/</code>: " +
