@@ -96,6 +96,23 @@ def tiny(data, tmp_path_factory):
     return SFTRun(**{**run, "out": Path(run["out"]), "model_dir": Path(run["model_dir"])}), seconds
 
 
+TUNE_NETWORK = "tests/tune/networks.py:residual_mlp"
+TUNE_FLAGS = ["--attempts", "1", "--budget", "2", "--checks", "2"]
+
+
+@pytest.fixture(scope="session")
+def tuned(tiny, tmp_path_factory):
+    """`dragonlab tune` on the test network with the tiny model: one attempt per task,
+    MetaSchedule at 1 and 2 trials per task (once per run). The notebook test resumes it."""
+    def make(folder):
+        out = folder / "run"
+        assert main(["tune", "--model", TUNE_NETWORK, "--dragon", str(tiny[0].model_dir), "--out", str(out),
+                     *TUNE_FLAGS]) == 0
+        return str(out)
+
+    return Path(once(tmp_path_factory, "tuned", make))
+
+
 @pytest.fixture
 def rpc_tracker():
     """A tracker and one CPU server on loopback."""

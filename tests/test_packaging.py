@@ -40,7 +40,7 @@ def test_known_bad_pins_are_avoided():
 def test_cli_help_lists_the_subcommands():
     out = subprocess.run([sys.executable, "-m", "dragonlab.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
-    for cmd in ("collect", "records", "workloads", "targets", "demo"):
+    for cmd in ("collect", "records", "workloads", "targets", "tune", "demo"):
         assert cmd in out.stdout
 
 
@@ -52,7 +52,7 @@ def test_jupyterlab_has_the_widget_and_plotly_extensions():
     assert "@jupyter-widgets/jupyterlab-manager" in out and "jupyterlab-plotly" in out, out
 
 
-@pytest.mark.parametrize("package", ["core", "search", "evaluation", "learn", "reporting"])
+@pytest.mark.parametrize("package", ["core", "search", "evaluation", "learn", "reporting", "tune"])
 def test_every_name_a_package_exports_resolves(package):
     """The lazy export tables (dragonlab.core.exports) name modules by hand: each name must exist there."""
     import importlib

@@ -20,7 +20,7 @@ import sys
 from dragonlab.cli.options import HelpFormatter
 from dragonlab.core.errors import DragonlabError
 
-GROUPS = ("search", "evaluation", "learn", "reporting", "pipeline")  # modules of dragonlab.cli, in help order
+GROUPS = ("search", "evaluation", "learn", "reporting", "tune", "pipeline")  # modules of dragonlab.cli, in help order
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,10 @@ import datasets
 import nbformat
 import pytest
 
+from conftest import TUNE_NETWORK
 from dragonlab.testing.notebooks import NOTEBOOKS, PLOTLY, WIDGET, run_notebook
+
+ROOT = NOTEBOOKS.parent
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,11 @@ LESSONS = [
                                 "max_steps": 2, "num_generations": 2, "prompts_per_step": 1, "beta": 0.0,
                                 "splits": ["train"], "limit": 2},
            ("GRPO from", "RL vs SFT where both are correct"), figures=2, files=("rl/model/config.json",)),
+    # resumes the session's `dragonlab tune` run (tests/tune): the same network, model and settings
+    Lesson("07_tune_network", lambda fx: {"network": str(ROOT / TUNE_NETWORK), "dragon": str(fx("tiny")[0].model_dir),
+                                          "out": str(fx("tuned")), "attempts": 1, "budget": 2, "checks": 2},
+           ("residual_mlp: 4 tuning tasks", "def main(", "dragon at least as fast as metaschedule@1"),
+           figures=2, widgets=1),  # per-task speedups, network latency; the comparison
 ]
 
 
@@ -66,8 +74,8 @@ def test_notebook_runs_with_small_parameters(lesson, request, notebook_kernel, t
 
 def test_every_notebook_is_a_lesson_with_parameters_and_no_outputs():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
-    assert names[0].startswith("00_") and names[-1].startswith("06_") and len(names) == 7
-    assert sorted(f"{lesson.name}.ipynb" for lesson in LESSONS) + ["06_evaluate.ipynb"] == names
+    assert names[0].startswith("00_") and names[-1].startswith("07_") and len(names) == 8
+    assert sorted([f"{lesson.name}.ipynb" for lesson in LESSONS] + ["06_evaluate.ipynb"]) == names
     for name in names:
         cells = nbformat.read(NOTEBOOKS / name, 4).cells
         assert cells[0].cell_type == "markdown" and cells[0].source.startswith(f"# {name[:2]} · "), name

@@ -1,0 +1,305 @@
+"""`tune`: a network's kernels written by the model, built into the network, and measured
+against TVM's defaults and MetaSchedule in the same run.
+
+For each tuning task of the network (MetaSchedule's own extraction, with its weights):
+1. **dragon**: the model writes `attempts` scripts (constrained decoding by default), the
+   evaluator judges each one, and the fastest correct kernel is the task's schedule. A task
+   with no correct attempt keeps TVM's default schedule; the result names it.
+2. **metaschedule@K, metaschedule@10K**: MetaSchedule's evolutionary search on each task (the
+   search `tune_relax` runs per task, every candidate kept), with the model's number of
+   measurements per task and with `budget` (10x by default). Each task gets the same budget,
+   as each task gets the same number of attempts from the model.
+3. Every chosen kernel is timed again by one evaluator, beside the unscheduled kernel, so the
+   per-task latencies compare.
+4. Each system's kernels go into a MetaSchedule JSONDatabase (`databases/<system>/`: the design
+   part of each trace post-processed by the target's post-processors, which is what was judged),
+   the network is built with it (`ms.relax_integration.compile_relax`; `untuned` is the build
+   with an empty database), checked against PyTorch eager on fresh random inputs, and timed
+   end to end. Builds happen in the evaluator's build workers, runs in its sandboxed workers.
+
+Everything is kept in the run directory as it is made (attempts, search records, the chosen
+kernels as scripts, per-task timings, databases, one line per measured build), so the same call
+resumes after a kill.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dragonlab.core.codec import CodecError, decode, encode
+from dragonlab.core.errors import InputError, UnavailableError, one_line
+from dragonlab.core.jsonl import append_lines, read_json, read_lines, write_atomic
+from dragonlab.core.progress import progress_bar
+from dragonlab.core.rundir import claim
+from dragonlab.core.targets import get_target
+from dragonlab.core.workloads import Workload
+from dragonlab.evaluation.config import EvalConfig
+from dragonlab.evaluation.replay import module_json
+from dragonlab.evaluation.workers import RemoteError, WorkerError
+from dragonlab.tune.config import TuneConfig
+from dragonlab.tune.network import Network, reference_data
+from dragonlab.tune.replay import build_network, check_network, time_network, write_database
+
+UNTUNED, DRAGON = "untuned", "dragon"
+SPLIT = "tune"  # the attempts' split name
+BUILD_SEC = 600.0  # limit for writing a database or building the whole network (a kernel's is EvalConfig's)
+
+
+def metaschedule(trials: int) -> str:
+    return f"metaschedule@{trials}"
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One tuning task: its unscheduled latency and each system's chosen kernel, timed again."""
+
+    key: str
+    name: str
+    weight: int
+    unscheduled: float | None  # seconds, median
+    latencies: dict[str, float | None]  # system -> seconds (median) of its kernel; None: default schedule
+    dragon_correct: int = 0  # of the model's attempts at the task
+    dragon_attempts: int = 0
+
+
+@dataclass(frozen=True)
+class SystemResult:
+    """One build of the network."""
+
+    system: str
+    stage: str  # "ok", or where it stopped: "build", "run", "check", "time"
+    reason: str | None = None
+    latencies: tuple[float, ...] | None = None  # seconds per network run, one per repeat
+    max_error: float | None = None  # worst |out - ref| / tolerance over all outputs and input sets
+    seconds: float | None = None  # wall time to tune (model writing and judging, or search); None: resumed
+    measurements: int = 0  # kernels built and judged (model) or measured (search)
+    defaults: tuple[str, ...] = ()  # tasks left to TVM's default schedule
+
+    @property
+    def latency(self) -> float | None:
+        return statistics.median(self.latencies) if self.latencies else None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    network: str
+    target: str
+    config: dict
+    tasks: list[TaskResult]
+    systems: list[SystemResult]
+    out: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def system(self, name: str) -> SystemResult | None:
+        return next((s for s in self.systems if s.system == name), None)
+
+    def ratio(self, a: str, b: str) -> float | None:
+        """Network latency of system a over system b (< 1: a is faster)."""
+        x, y = self.system(a), self.system(b)
+        return x.latency / y.latency if x and y and x.latency and y.latency else None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> TuneResult:
+        return cls(**{**d, "tasks": [TaskResult(**t) for t in d["tasks"]],
+                      "systems": [SystemResult(**{**s, "latencies": tuple(s["latencies"]) if s["latencies"] else None,
+                                                  "defaults": tuple(s["defaults"])}) for s in d["systems"]]})
+
+
+def tune(network: Network, out, *, dragon, target: str = "cpu", config: TuneConfig = TuneConfig(),
+         progress: bool = True) -> TuneResult:
+    """Tune `network` with the model in the directory `dragon`, and measure it against the
+    untuned build and MetaSchedule (module docstring). `out`: a new run directory, or this run's
+    to resume. Writes `tune.json` and `tune.html` there."""
+    from dragonlab.evaluation.evaluate import Evaluator
+
+    spec = get_target(target)
+    if spec.kind != "llvm":
+        raise UnavailableError(f"tune builds and runs the network on this machine's CPU; target {spec.name} "
+                               "needs its device here")
+    out, dragon = Path(out), Path(dragon)
+    if not (dragon / "config.json").is_file():
+        raise InputError(f"--dragon {dragon}: not a model directory (no config.json)")
+    workloads = network.workloads(spec.tvm())
+    if not workloads:
+        raise InputError(f"{network.name}: TVM extracts no tuning task from it")
+    claim(out, config, dragon, network=network.name, target=spec.name, tasks=[w.key for w in workloads])
+    small, large = config.search_budgets
+    with Evaluator(spec, EvalConfig(measure=config.measure, seed=config.seed)) as evaluator:
+        attempts, dragon_seconds = _dragon(workloads, spec, out, dragon, evaluator, config, progress)
+        searches = {n: _search(workloads, spec, out / f"search-{n}", n, config.seed, progress) for n in (small, large)}
+        chosen = {DRAGON: _best_attempts(attempts)}
+        for n, runs in searches.items():
+            chosen[metaschedule(n)] = {key: run.best_within(n)[1] for key, run in runs.items() if run.best_within(n)}
+        write_atomic(out / "chosen.json", _dumps({system: {key: encode(plain) for key, plain in kernels.items()}
+                                                  for system, kernels in chosen.items()}))
+        tasks = _retime(workloads, chosen, attempts, evaluator, out / "tasks.json", progress)
+        seconds = {DRAGON: dragon_seconds, **{metaschedule(n): _search_seconds(runs) for n, runs in searches.items()}}
+        measurements = {DRAGON: len(attempts), **{metaschedule(n): sum(len(run.latencies) for run in runs.values())
+                                                 for n, runs in searches.items()}}
+        data = out / "network.npz"
+        if not data.exists():
+            reference_data(network, data, checks=config.checks, seed=config.seed, target=spec.tvm())
+        systems = _networks(network, workloads, spec, chosen, evaluator, out, data, config, progress)
+    systems = [SystemResult(**{**asdict(s), "seconds": seconds.get(s.system), "measurements":
+                               measurements.get(s.system, 0),
+                               "defaults": tuple(w.name for w in workloads if s.system != UNTUNED
+                                                 and w.key not in chosen.get(s.system, {}))}) for s in systems]
+    result = TuneResult(network.name, spec.name, {**asdict(config), "dragon": str(dragon)}, tasks, systems, str(out))
+    write_atomic(out / "tune.json", _dumps(result.to_json()))
+    from dragonlab.tune.page import write_html
+
+    write_html(result, out / "tune.html")
+    return result
+
+
+def _dumps(d) -> str:
+    import json
+
+    return json.dumps(d, indent=1) + "\n"
+
+
+def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator, config: TuneConfig,
+            progress: bool) -> tuple[list, float | None]:
+    """The model's attempts at every task, judged (`attempts.jsonl`, resumed), and the wall time
+    they took (None when they were resumed)."""
+    from dragonlab.learn.attempts import ModelWriter, pending, read_attempts, write_and_evaluate
+    from dragonlab.learn.prompts import CONSTRUCTION, construction_prompt, kernel_text
+
+    path, times = out / "attempts.jsonl", out / "seconds.jsonl"
+    by_key = {w.key: w for w in workloads}
+    rows = [{"prompt": construction_prompt(kernel_text(w, config.prompt_form), spec.name), "workload": w.key,
+             "task": CONSTRUCTION, "index": i, "name": w.name} for i, w in enumerate(workloads)]
+    todo = pending(rows, SPLIT, path)
+    if todo:
+        from dragonlab.learn import models
+
+        start = time.monotonic()
+        model, tokenizer = models.load(dragon)
+        batch = 8
+        with ModelWriter(model, tokenizer, temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                         batch_size=batch, rows=todo, workloads=by_key, constrained=config.constrained) as writer:
+            write_and_evaluate(writer, evaluator, rows, by_key, split=SPLIT, n=config.attempts, out=path,
+                               seed=config.seed, per_batch=max(1, batch // config.attempts), progress=progress)
+        if len(todo) == len(rows):  # a resumed run's wall time is unknown
+            append_lines(times, [{"system": DRAGON, "seconds": time.monotonic() - start}])
+    seconds = dict(read_lines(times, lambda d: (d["system"], d["seconds"]))) if times.exists() else {}
+    return [a for a in read_attempts(path) if a.split == SPLIT], seconds.get(DRAGON)
+
+
+def _search(workloads: list[Workload], spec, root: Path, trials: int, seed: int, progress: bool) -> dict:
+    from dragonlab.search.baselines import search
+
+    return search(workloads, spec.name, trials, root, seed=seed, progress=progress)
+
+
+def _search_seconds(runs: dict) -> float | None:
+    seconds = [run.seconds for run in runs.values()]
+    return None if any(s is None for s in seconds) else sum(seconds)
+
+
+def _best_attempts(attempts: list) -> dict[str, list]:
+    """Per task, the plain trace of the model's fastest correct kernel."""
+    best: dict[str, tuple[float, list]] = {}
+    for a in attempts:
+        if a.evaluation.correct and a.evaluation.latency is not None:
+            if a.workload not in best or a.evaluation.latency < best[a.workload][0]:
+                try:
+                    best[a.workload] = (a.evaluation.latency, decode(a.script, verbatim=False))
+                except CodecError:  # judged correct, so it decoded then: a changed codec
+                    continue
+    return {key: trace for key, (_, trace) in best.items()}
+
+
+def _retime(workloads: list[Workload], chosen: dict, attempts: list, evaluator, path: Path,
+            progress: bool) -> list[TaskResult]:
+    """Every chosen kernel timed again in one batch, beside each task's unscheduled kernel
+    (`tasks.json`: kept, so a resumed run reports the same timings)."""
+    if path.exists():
+        return [TaskResult(**t) for t in read_json(path)]
+    evaluator.clear_cache()  # the model's kernels were timed while it wrote: time them again here
+    items = [(system, w) for w in workloads for system in chosen if w.key in chosen[system]]
+    judged = evaluator.evaluate_many([(w, chosen[system][w.key]) for system, w in items], progress=progress)
+    latency = {(system, w.key): e.latency for (system, w), e in zip(items, judged)}
+    tasks = [TaskResult(w.key, w.name, w.weight, evaluator.reference_latency(w),
+                        {system: latency.get((system, w.key)) for system in chosen},
+                        sum(a.evaluation.correct for a in attempts if a.workload == w.key),
+                        sum(a.workload == w.key for a in attempts)) for w in workloads]
+    write_atomic(path, _dumps([asdict(t) for t in tasks]))
+    return tasks
+
+
+def _networks(network: Network, workloads: list[Workload], spec, chosen: dict, evaluator, out: Path, data: Path,
+              config: TuneConfig, progress: bool) -> list[SystemResult]:
+    """Each system's build of the network, checked and timed (`networks.jsonl`, one line per
+    system as it is measured)."""
+    log = out / "networks.jsonl"
+    done = {s.system: s for s in read_lines(log, lambda d: SystemResult(**{
+        **d, "latencies": tuple(d["latencies"]) if d["latencies"] else None}))} if log.exists() else {}
+    systems = [UNTUNED, *chosen]
+    mod_json = module_json(network.mod)
+    with progress_bar(total=len(systems), initial=sum(s in done for s in systems), unit="build",
+                      desc=f"{network.name} builds", progress=progress) as bar:
+        for system in systems:
+            if system in done:
+                continue
+            database = None
+            if system != UNTUNED and chosen[system]:
+                database = _database(out / "databases" / system, workloads, chosen[system], spec, evaluator)
+            done[system] = _measure(system, mod_json, database, spec, evaluator, out, data, config)
+            append_lines(log, [asdict(done[system])])
+            bar.update()
+    return [done[s] for s in systems]
+
+
+def _database(path: Path, workloads: list[Workload], chosen: dict, spec, evaluator) -> Path:
+    """The chosen kernels as a MetaSchedule JSONDatabase (written whole by a build worker)."""
+    if path.is_dir():
+        return path
+    entries = [(module_json(w.mod), chosen[w.key], [1.0]) for w in workloads if w.key in chosen]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        (written,) = evaluator.pool.map(write_database, [(entries, spec.config, str(tmp))], timeout_sec=BUILD_SEC)
+        if isinstance(written, (WorkerError, RemoteError)):
+            raise UnavailableError(f"writing the database {path}: {one_line(written, typed=False)}")
+        tmp.rename(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _measure(system: str, mod_json: str, database: Path | None, spec, evaluator, out: Path, data: Path,
+             config: TuneConfig) -> SystemResult:
+    artifact = out / "builds" / f"{system}.so"
+    artifact.parent.mkdir(parents=True, exist_ok=True)
+    (built,) = evaluator.pool.map(build_network, [(mod_json, str(database) if database else None, spec.config,
+                                                   str(artifact))], timeout_sec=BUILD_SEC)
+    if isinstance(built, (WorkerError, RemoteError)):
+        return SystemResult(system, "build", one_line(built, last=True, typed=False))
+    (checked,) = evaluator.kernels.map(check_network, [(str(artifact), str(data), spec.config, config.checks)])
+    if isinstance(checked, (WorkerError, RemoteError)):
+        return SystemResult(system, "run", one_line(checked, last=True, typed=False))
+    stage, reason, error = checked.get("stage"), checked.get("reason"), checked.get("max_error")
+    if stage not in ("time", "check") or not (error is None or type(error) is float):
+        return SystemResult(system, "run", "the worker answered with malformed data")
+    if stage == "check":
+        return SystemResult(system, "check", str(reason)[:300], max_error=error)
+    m = config.measure
+    try:
+        with evaluator.timing_lock:
+            timed = evaluator.timer.call(time_network, str(artifact), str(data), spec.config, m.number, m.repeat,
+                                         m.min_repeat_ms)
+    except (WorkerError, RemoteError) as e:
+        return SystemResult(system, "time", one_line(e, last=True, typed=False), max_error=error)
+    if not (isinstance(timed, list) and timed and all(type(t) is float and 0 < t < math.inf for t in timed)):
+        return SystemResult(system, "time", "the timing process did not return latencies", max_error=error)
+    return SystemResult(system, "ok", None, tuple(timed), error)

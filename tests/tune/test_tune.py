@@ -1,0 +1,62 @@
+"""`dragonlab tune` end to end on a network written for the tests, with the tiny model: every
+build's outputs match PyTorch, the tables say which tasks kept TVM's defaults, a rerun resumes,
+and a network that does not import fails naming the op, before anything is written."""
+
+import json
+
+import pytest
+
+from dragonlab.cli import main
+from dragonlab.tune.tuning import DRAGON, UNTUNED, TuneResult, metaschedule
+from conftest import TUNE_FLAGS, TUNE_NETWORK
+
+
+def test_tune_builds_every_system_and_matches_pytorch(tuned, tiny):
+    result = TuneResult.from_json(json.loads((tuned / "tune.json").read_text()))
+    assert [s.system for s in result.systems] == [UNTUNED, DRAGON, metaschedule(1), metaschedule(2)]
+    assert [t.name.split("_", 2)[-1] for t in result.tasks] == [
+        "fused_matmul1_add1_add2", "fused_matmul_add_relu", "transpose", "transpose1"]
+    for s in result.systems:  # real builds, checked on 2 fresh input sets and timed end to end
+        assert s.stage == "ok", (s.system, s.reason)
+        assert 0 <= s.max_error <= 1 and len(s.latencies) == 3 and all(0 < t < 1 for t in s.latencies)
+    untuned = result.system(UNTUNED)
+    assert untuned.seconds is None and untuned.measurements == 0
+    dragon = result.system(DRAGON)
+    assert dragon.measurements == 4 and dragon.seconds > 0  # one script per task
+    for t in result.tasks:  # the fastest correct attempt, or TVM's default schedule: said which
+        assert (t.name in dragon.defaults) == (t.latencies[DRAGON] is None) == (t.dragon_correct == 0)
+        assert t.unscheduled > 0 and t.weight == 1
+    for n in (1, 2):  # MetaSchedule's search: every task scheduled, at most n trials each
+        ms = result.system(metaschedule(n))
+        assert ms.defaults == () and 4 <= ms.measurements <= 4 * n and ms.seconds > 0
+        assert all(t.latencies[metaschedule(n)] > 0 for t in result.tasks)
+    # what a user reuses: the databases MetaSchedule reads, the builds, the page
+    for system in (DRAGON, metaschedule(1)):
+        db = tuned / "databases" / system
+        lines = (db / "database_tuning_record.json").read_text().splitlines()
+        assert len(lines) == 4 - (len(dragon.defaults) if system == DRAGON else 0)
+    assert "metaschedule@2" in (tuned / "tune.html").read_text()
+
+
+def test_tune_resumes_and_refuses_another_run_in_its_directory(tuned, tiny, capsys):
+    before = (tuned / "tune.json").read_text()
+    args = ["tune", "--model", TUNE_NETWORK, "--dragon", str(tiny[0].model_dir), "--out", str(tuned)]
+    assert main([*args, *TUNE_FLAGS]) == 0  # everything is there: nothing is measured again
+    assert (tuned / "tune.json").read_text() == before
+    assert "dragon at least as fast as metaschedule@1" in capsys.readouterr().out
+    assert main([*args, "--attempts", "2", "--budget", "2", "--checks", "2"]) == 2
+    assert "holds another run" in capsys.readouterr().err and (tuned / "tune.json").read_text() == before
+
+
+@pytest.mark.parametrize("spec, messages", [
+    ("tests/tune/networks.py:eigenvalues", ("tests/tune/networks.py:eigenvalues: TVM's Relax frontend cannot import "
+                                            "it: Unsupported function types [", "'linalg_eig.default'")),
+    ("tests/tune/networks.py:missing", ("tests/tune/networks.py: no function 'missing'",)),
+    ("tests/tune/networks.py", ("expected FILE.py:FUNCTION",)),
+    (TUNE_NETWORK, ("not a model directory (no config.json)",)),  # --dragon is an empty directory
+])
+def test_a_network_that_does_not_import_or_a_missing_model_is_named(spec, messages, tmp_path, capsys):
+    assert main(["tune", "--model", spec, "--dragon", str(tmp_path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert all(m in err for m in messages), err
+    assert not (tmp_path / "run").exists()
