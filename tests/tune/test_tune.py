@@ -3,6 +3,7 @@ build's outputs match PyTorch, the tables say which tasks kept TVM's defaults, a
 and a network that does not import fails naming the op, before anything is written."""
 
 import json
+import shutil
 
 import pytest
 
@@ -38,14 +39,24 @@ def test_tune_builds_every_system_and_matches_pytorch(tuned, tiny):
     assert "metaschedule@2" in (tuned / "tune.html").read_text()
 
 
-def test_tune_resumes_and_refuses_another_run_in_its_directory(tuned, tiny, capsys):
-    before = (tuned / "tune.json").read_text()
-    args = ["tune", "--model", TUNE_NETWORK, "--dragon", str(tiny[0].model_dir), "--out", str(tuned)]
-    assert main([*args, *TUNE_FLAGS]) == 0  # everything is there: nothing is measured again
-    assert (tuned / "tune.json").read_text() == before
+def test_tune_resumes_where_it_stopped_and_refuses_another_run_in_its_directory(tuned, tiny, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(tuned, run)
+    log = run / "networks.jsonl"  # as if killed while the last build was measured
+    measured = log.read_text().splitlines()
+    log.write_text("\n".join(measured[:-1]) + "\n")
+    (run / "tune.json").unlink()
+    args = ["tune", "--model", TUNE_NETWORK, "--dragon", str(tiny[0].model_dir), "--out", str(run)]
+    assert main([*args, *TUNE_FLAGS]) == 0
+    again = log.read_text().splitlines()
+    assert again[:-1] == measured[:-1] and json.loads(again[-1])["system"] == metaschedule(2)
+    result = json.loads((run / "tune.json").read_text())
+    assert [s["system"] for s in result["systems"]] == [UNTUNED, DRAGON, metaschedule(1), metaschedule(2)]
+    assert result["tasks"] == json.loads((tuned / "tune.json").read_text())["tasks"]  # kept, not timed again
     assert "dragon at least as fast as metaschedule@1" in capsys.readouterr().out
+    before = (run / "tune.json").read_text()
     assert main([*args, "--attempts", "2", "--budget", "2", "--checks", "2"]) == 2
-    assert "holds another run" in capsys.readouterr().err and (tuned / "tune.json").read_text() == before
+    assert "holds another run" in capsys.readouterr().err and (run / "tune.json").read_text() == before
 
 
 @pytest.mark.parametrize("spec, messages", [
