@@ -167,6 +167,13 @@ def writes(kind: str, target_kind: str = "llvm") -> bool:
     return kind in _KINDS and (kind not in _GPU_ONLY or target_kind == "cuda")
 
 
+def annotation_keys(target_kind: str = "llvm", *, after_postproc: bool = False) -> frozenset[str]:
+    """The annotation keys MetaSchedule writes for `target_kind` (the post-processors' own only
+    after EnterPostproc)."""
+    keys = {**ANNOTATIONS, **(POSTPROC_ANNOTATIONS if after_postproc else {})}
+    return frozenset(k for k in keys if target_kind == "cuda" or k not in _GPU_ONLY_KEYS)
+
+
 def slot_of(kind: str, src: str, index: int | None) -> str | None:
     """The slot type of input (`src` "i") or attribute ("a") `index` of the instruction `kind`
     (`index` None: its variadic inputs); None where the allowlist has no such slot."""

@@ -50,8 +50,6 @@ MAX_LINE = 512
 # which are the ones the evaluator accepts (an `unann` may only remove one that is there).
 # Free-form keys would also let a model write words without end.
 _VALUE_TYPES = {**ANNOTATIONS, **POSTPROC_ANNOTATIONS}  # key -> the kind of value it takes
-_KEYS = set(_VALUE_TYPES)  # the post-processing ones only after EnterPostproc, as the allowlist says
-_DESIGN_KEYS = set(ANNOTATIONS)
 _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
 
 
@@ -206,6 +204,10 @@ class ScriptFollower:
                 head, _, typed = line.rpartition(" ")
                 if not self._some_completion_applies(state, kind, k, head, typed):
                     return False
+            if kind.mnemonic in _CACHES and k == 0:  # a block with a buffer that can be cached
+                typed = "" if line.endswith(" ") else line.rpartition(" ")[2]
+                if not any(self._cacheable(state, kind, b) for b in state.usable["b"] if b.startswith(typed)):
+                    return False
             if kind.mnemonic == "loc" and k == 0:  # a block with somewhere to go (the root block has none)
                 typed = "" if line.endswith(" ") else line.rpartition(" ")[2]
                 if not any(self._valid_locations(state, b) for b in state.usable["b"] if b.startswith(typed)):
@@ -235,8 +237,15 @@ class ScriptFollower:
         named = [name for word in words for name in _run_names(word)]
         if len(set(named)) < len(named):
             return True
-        return typed is not None and "." not in typed and \
-            not any(n.startswith(typed) and n not in named for n in state.usable["l"])
+        if typed is None:
+            return False
+        run = _RUN_PREFIX.fullmatch(typed)
+        if run:  # a run being opened (`l7..`): some end must make it loops there, none named yet
+            lo, loops = int(run[2]), set(state.usable["l"]) - set(named)
+            return not any(all(f"{run[1]}{n}" in loops for n in range(lo, hi + 1))
+                           for hi in range(lo + 1, lo + allowlist.most_inputs("Reorder") + 1)
+                           if str(hi).startswith(run[3] or ""))
+        return "." not in typed and not any(n.startswith(typed) and n not in named for n in state.usable["l"])
 
     @staticmethod
     def _more_can_follow(state: State, kind, reader) -> bool:
@@ -280,10 +289,17 @@ class ScriptFollower:
                 self._starts[key] = False  # nothing it could name
             elif mnemonic == "loc":
                 self._starts[key] = any(self._valid_locations(state, b) for b in first)
+            elif mnemonic in _CACHES:
+                self._starts[key] = any(self._cacheable(state, kind, b) for b in first)
             else:
                 self._starts[key] = not kind.params or not self._deciding(kind, 0) \
                     or self._some_completion_applies(state, kind, 0, mnemonic, "")
         return self._starts[key]
+
+    def _cacheable(self, state: State, kind, block: str) -> bool:
+        """Whether `cache_read`/`cache_write` of `block` applies with one of the likeliest buffer
+        indices and scopes (a block has a buffer or two; most scopes work where one does)."""
+        return self._some_completion_applies(state, kind, 1, f"{kind.mnemonic} {block}", "", budget=16)
 
     def _some_completion_applies(self, state: State, kind, k: int, head: str, typed: str,
                                  budget: int = 256) -> bool:
@@ -338,7 +354,7 @@ class ScriptFollower:
                 return False
             if p.type == "key":
                 keys = state.annotations(values[0]) if kind.mnemonic == "unann" else \
-                    _KEYS if state.after_postproc else _DESIGN_KEYS
+                    allowlist.annotation_keys(self.target_kind, after_postproc=state.after_postproc)
                 spellings = {_SPELLINGS.get(key, key) for key in keys}
                 if not (v in keys or k == open_value and any(sp.startswith(v) for sp in spellings)):
                     return False
@@ -375,7 +391,9 @@ class ScriptFollower:
         most = allowlist.most_inputs(kind.name)
         if p.index is None and most is not None and sum(len(_run_names(w, at_least=2)) for w in words) > most:
             return False
-        text = words[-1] if words and not line.endswith(" ") else ""
+        # A space ends a word, but not inside a quoted value (`tiling "` then spaces to the line's end).
+        text = words[-1] if words and (not line.endswith(" ") or p.index is not None and words[-1][:1] == '"') \
+            else ""
         if kind.name == "Annotate" and k == 2 and text:  # the value, of the type its key takes
             typ = _VALUE_TYPES.get(reader.values[1]) if len(reader.values) > 1 else None
             if typ == "int":
@@ -383,13 +401,17 @@ class ScriptFollower:
                     any(v.startswith(text) for v in state.usable["v"])
             if typ == "structure":  # a quoted tiling structure such as "SSRSRS"
                 return _STRUCTURE_PREFIX.fullmatch(text) is not None
-            if typ == "intrinsic":
-                return text.startswith('"')
+            if typ == "intrinsic":  # a quoted name, as the allowlist takes it
+                return _INTRINSIC_PREFIX.fullmatch(text) is not None
             if typ == "ints":
                 return text.startswith("[")
             return typ != "true" or any(word.startswith(text) for word in ("true", "1"))
         if text and slot in ("candidates", "probabilities", "paddings", "blocks") and not text.startswith("["):
             return False
+        if text and slot == "blocks" and not text.endswith("]"):  # a list of block variables being written
+            *done, last = text[1:].split(",")
+            return len(done) < len(state.usable["b"]) and all(b in state.usable["b"] for b in done) and \
+                any(b.startswith(last) for b in state.usable["b"])
         if text and slot in ("candidates", "paddings") and not text.endswith("]"):  # a list of integers being written
             items = text[1:].split(",")
             return len(items) <= allowlist.LIST_MOST[slot] and \
@@ -439,14 +461,17 @@ _VALUE_SLOTS = set(allowlist.INT_RANGES) | set(allowlist.VALUES) | {"flag", "fal
                                                                     "paddings"}
 # What the allowlist's slots of words accept, as a script spells them.
 _WORDS = {**allowlist.VALUES, "flag": ("true", "false", "0", "1"), "false": ("false", "0")}
+_COMMON = ("global", "local", "shared")  # the scopes MetaSchedule's rules cache in most
+_CACHES = ("cache_read", "cache_write")
 _STRUCTURE_PREFIX = re.compile(r'"[SR]{0,16}|"[SR]{1,16}"')  # the allowlist's tiling structures, as written
+_INTRINSIC_PREFIX = re.compile(r'"|"[A-Za-z_][A-Za-z0-9_.]{0,127}"?')  # a tensor intrinsic's name, quoted
 _RUN = re.compile(r"([A-Za-z_]+)(\d+)\.\.(\d+)")
 _RUN_PREFIX = re.compile(r"([A-Za-z_]+)(\d+)(?:\.|\.\.(\d*))")  # l4., l4.., l4..1
 _NAME_OR_RUN = re.compile(r"([A-Za-z_]\w*)(\.\.?\d*)?")  # a name, maybe opening a run
 _FIRST = {"int": set("-0123456789"), "bool": set("tf"), "rv": set("$_" + "abcdefghijklmnopqrstuvwxyz"
                                                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ")}
 _FIRST["str"] = _FIRST["rv"] - {"$"} | {'"'}
-_FIRST["key"] = _FIRST["thread"] = _FIRST["rv"] - {"$"}  # the keys and threads of _KEYS are bare words
+_FIRST["key"] = _FIRST["thread"] = _FIRST["rv"] - {"$"}  # annotation keys and threads are bare words
 
 
 def _choosable(kind, p) -> bool:
@@ -454,7 +479,8 @@ def _choosable(kind, p) -> bool:
     range of at most 64 values."""
     slot = allowlist.slot_of(kind.name, p.src, p.index) if p.index is not None else None
     return p.index is not None and (p.type == "rv" or p.type == "int" and slot in allowlist.INT_RANGES
-                                    and allowlist.INT_RANGES[slot][1] - allowlist.INT_RANGES[slot][0] < 64)
+                                    and allowlist.INT_RANGES[slot][1] - allowlist.INT_RANGES[slot][0] < 64
+                                    or slot == "scope")  # a cache's memory scope: one of a few words
 
 
 def _choices(state: State, kind, k: int, typed: str) -> list:
@@ -464,6 +490,9 @@ def _choices(state: State, kind, k: int, typed: str) -> list:
     if p.type == "rv":
         names = (n for n in state.usable[TAKES[kind.mnemonic][k]] if n.startswith(typed))
         return sorted(names, key=lambda n: (len(n), n), reverse=True)
+    slot = allowlist.slot_of(kind.name, p.src, p.index)
+    if slot in _WORDS:  # the likeliest first: as MetaSchedule's CPU and GPU rules use them
+        return sorted((w for w in _WORDS[slot] if w.startswith(typed)), key=lambda w: (w not in _COMMON, w))
     lo, hi = allowlist.INT_RANGES[allowlist.slot_of(kind.name, p.src, p.index)]
     return sorted((v for v in range(lo, hi + 1) if str(v).startswith(typed)), key=abs)
 
@@ -500,6 +529,11 @@ def _split_feasible(state: State, line: str, complete: bool, target_kind: str = 
     cap = max(2 * extent, 8192 if target_kind == "cuda" else 0)
     if known * (int(last) if growing and last.isdigit() else 1) >= cap:
         return False  # needless iterations (a number being written only grows)
+    if growing and not last.isdigit():  # a variable being named: one it can still become must fit
+        values = [value for v, value in state.values.items() if v.startswith(last)]
+        unknown = any(v.startswith(last) and v not in state.values for v in state.usable["v"])
+        if not unknown and not any(1 <= value and known * value < cap for value in values):
+            return False
     if growing and len(factors) + 1 == most and None not in factors:
         # the last factor there is room for: some number or variable it can still become must fit
         lo, hi = -(-extent // known), (cap - 1) // known

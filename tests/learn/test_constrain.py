@@ -127,6 +127,14 @@ def matmul_follower():
     ("split l3 1 1 1 1 1 1 1 v", True),  # nor is any sampled variable (v5 is 4, v6 16)
     ("ann b0 tiling 16", True),       # a tiling structure is a quoted string of S and R
     ('ann b0 tiling ""', True),
+    # Each of these was a dead end of the demo model (the line could only end in a refusal).
+    ('ann b0 tiling " ', True),       # a space inside a quoted structure (it wrote spaces to the line's end)
+    ("ann b0 intrin", True),          # a tensor intrinsic: MetaSchedule writes one only for cuda
+    ("reorder l4..", True),           # a run from l4: l5 is no loop
+    ("split l3 8 4 v", True),         # 32 x v5 (4) or x v6 (16) is twice the extent or more
+    ("cache_write b1", True),         # the root block writes no buffer to cache
+    ("cache_write b0 5", True),       # C writes one buffer: index 0
+    ("cache_write b0 0 global [6", True),  # consumers are block variables
 ])
 def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower, piece, as_prefix):
     assert not matmul_follower.allows(piece + "\n")
@@ -135,7 +143,8 @@ def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower
 
 @pytest.mark.parametrize("piece", ["loops b0", "split l3 4 16 ;", "split l3 v5 None", "split l3 v5 v6",
                                    "tile l3 =[", "tile l3 =[2,", "tile l3 =[2,2,16]", "tile l3 =[1,6",
-                                   "cat [1,2,3] =2", "par l7", "ann b0 par 4", "vec l8", "fuse l7 l8", "get roo"])
+                                   "cat [1,2,3] =2", "par l7", "ann b0 par 4", "vec l8", "fuse l7 l8", "get roo",
+                                   "reorder l7..", "cache_write b0 0 glob", "cache_write b0 0 global [b"])
 def test_follower_allows_what_can_still_apply(matmul_follower, piece):
     assert matmul_follower.allows(piece)
 
