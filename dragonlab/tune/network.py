@@ -67,11 +67,10 @@ def from_relax(mod: tvm.IRModule, params=(), *, name: str = "network") -> Networ
         raise InputError(f"{name}: main takes {len(args)} arguments, fewer than the {len(params)} parameters")
     inputs = []
     for a in args[:len(args) - len(params)]:
-        info = a.struct_info
         try:
-            inputs.append(([int(d) for d in info.shape.values], str(info.dtype)))
+            inputs.append(([int(d) for d in a.ty.shape.values], str(a.ty.dtype)))
         except (AttributeError, TypeError):
-            raise InputError(f"{name}: input {a.name_hint} has no static shape ({info})") from None
+            raise InputError(f"{name}: input {a.name} is not a tensor of static shape ({a.ty})") from None
     return Network(name, mod, params, tuple(inputs))
 
 

@@ -71,3 +71,23 @@ def test_a_network_that_does_not_import_or_a_missing_model_is_named(spec, messag
     err = capsys.readouterr().err
     assert all(m in err for m in messages), err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_relax_module_is_checked_against_its_untuned_build_and_torch_against_eager(tmp_path):
+    """The reference a build is checked against: PyTorch eager for a torch network; TVM's
+    untuned build for a Relax module given as it is. On the same network, they agree."""
+    import numpy as np
+
+    from dragonlab.tune.network import from_relax, load, reference_data
+    from dragonlab.evaluation.replay import error_ratio
+
+    torch_net = load(TUNE_NETWORK)
+    relax_net = from_relax(torch_net.mod, torch_net.params, name="residual_mlp")
+    assert relax_net.inputs == torch_net.inputs == (([4, 16], "float32"),)
+    eager = np.load(reference_data(torch_net, tmp_path / "eager.npz", checks=2, seed=3))
+    untuned = np.load(reference_data(relax_net, tmp_path / "untuned.npz", checks=2, seed=3))
+    assert sorted(eager.files) == sorted(untuned.files) == [
+        "expected0_0", "expected1_0", "input0_0", "input1_0", "param0", "param1", "param2", "param3"]
+    assert not np.array_equal(eager["input0_0"], eager["input1_0"])  # fresh inputs per set
+    for name in eager.files:
+        assert error_ratio(untuned[name], eager[name]) <= 1, name
