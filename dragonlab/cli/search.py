@@ -13,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from dragonlab.cli.options import Command, UsageError, command, config_flags, config_from, default_of, given, number
+from dragonlab.cli.options import (Command, UsageError, command, config_flags, config_from, default_of, given, number,
+                                   require)
 from dragonlab.core.errors import InputError
 
 # Heavy imports (TVM, MetaSchedule) happen inside the commands and the parsers that need them.
@@ -62,6 +63,9 @@ def add_collect(sub, name: str, help: str):
                    help="search the benchmark's test and test_family workloads of the suite to the trials the "
                         "benchmark file gives each (512 or 128), continuing from their records; written as "
                         "shard 'search'")
+    c.add_argument("--samples", type=int, default=None, metavar="N",
+                   help="instead of searching, store N postprocessed random design-space samples per workload as "
+                        "unmeasured records (no build, no run: cheap structural data); written as shard 'samples'")
     c.add_argument("--out", type=Path, required=True, help="record store directory")
     c.add_argument("--shard", default=None, help="I/N: this machine's share of the workloads")
     c.add_argument("--timeout", type=number("> 0"), default=None,
@@ -79,6 +83,8 @@ def collect(args) -> int:
 
     if args.benchmark_search and "trials" in given(args):
         raise UsageError("--benchmark-search takes each workload's trials from the benchmark: leave out --trials")
+    if args.samples is not None:
+        return _samples(args)
     timeout = {} if args.timeout is None else {"build_timeout_sec": args.timeout, "run_timeout_sec": args.timeout}
     config = config_from(CollectConfig, args, measure=config_from(MeasureConfig, args, **timeout))
     bench = load_benchmark(args.benchmark_search) if args.benchmark_search else None
@@ -114,6 +120,32 @@ def collect(args) -> int:
     for line in failed:
         print(f"  workload failed: {line}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _samples(args) -> int:
+    from dragonlab.core.targets import get_target
+    from dragonlab.core.workloads import suite
+    from dragonlab.search.collect import collect_samples, machine, shard, shard_name
+    from dragonlab.search.records import RecordStore
+
+    require("--samples", args.samples, "> 0")
+    if args.benchmark_search:
+        raise UsageError("--samples and --benchmark-search exclude each other")
+    target = get_target(args.target)
+    workloads = shard(_chosen(args, suite(args.suite, seed=args.seed)), args.shard)
+    suffix = ".".join(p for p in ("samples", shard_name(args.shard) if args.shard else "") if p)
+    store = RecordStore(args.out, shard=suffix, create=True)
+    began, start = _now(), time.monotonic()
+    written = 0
+    try:
+        written = collect_samples(workloads, target, store, args.samples, seed=args.seed)
+    finally:
+        store.log_run({"started": began, "finished": _now(), "wall_s": round(time.monotonic() - start, 1),
+                       "suite": args.suite, "seed": args.seed, "shard": args.shard, "target": target.name,
+                       "samples": args.samples, "written": written, "machine": machine()})
+    print(f"sampled {written} unmeasured traces for {len(workloads)} workloads on {target.name} in "
+          f"{(time.monotonic() - start) / 60:.1f} min -> {args.out}")
+    return 0
 
 
 def _chosen(args, workloads: list) -> list:

@@ -32,8 +32,8 @@ from dragonlab.core.workloads import Workload
 from dragonlab.search.config import CollectConfig
 from dragonlab.search.explore import tune_context
 from dragonlab.search.measure import Measurer, make_runner
-from dragonlab.search.records import (MS_FAILURE_SECS, OK, TIMEOUT, Record, RecordStore, classify_error,
-                                      trace_text)
+from dragonlab.search.records import (MS_FAILURE_SECS, OK, TIMEOUT, UNMEASURED, Record, RecordStore,
+                                      classify_error, trace_text)
 
 
 @dataclass
@@ -124,6 +124,37 @@ def collect(workloads: list[Workload], target: TargetSpec, store: RecordStore,
             bar.close()
             measurer.close()
     return summary
+
+
+def collect_samples(workloads: list[Workload], target: TargetSpec, store: RecordStore, n: int, *, seed: int = 0,
+                    progress: bool = True) -> int:
+    """Cheap structural data: `n` postprocessed random samples of each workload's design spaces,
+    stored as `unmeasured` records (traces MetaSchedule would have measured, never latencies),
+    without a build or a run; a trace drawn twice is stored once. A workload already sampled is
+    skipped, so a killed run resumes.
+    Returns how many records were written."""
+    from dragonlab.search.explore import sample_traces
+
+    store.add_workloads(workloads)
+    done = store.done()
+    todo = [w for w in workloads if done.get((w.key, target.name), 0) < n]
+    written = 0
+    with progress_bar(total=len(workloads), initial=len(workloads) - len(todo), unit="workload", desc="samples",
+                      progress=progress, file=sys.stderr) as bar, \
+            watch_interrupts("stopping after this workload's samples") as interrupts:
+        for w in todo:
+            interrupts.check()
+            first = random.Random(f"{seed}/{w.key}/{target.name}/samples").randrange(1, 2**31 - 1 - 50 * n)
+            traces = {}  # one record per distinct trace: a small design space repeats itself
+            for sample in sample_traces(w, target.tvm(), n=n, seed=first):
+                plain = to_plain(sample.sch.trace)
+                traces.setdefault(trace_text(plain), plain)
+            store.append([Record(w.key, target.name, plain, UNMEASURED, trial=i, source="sample")
+                          for i, plain in enumerate(traces.values())])
+            store.mark_done(w.key, target.name, n)
+            written += len(traces)
+            bar.update()
+    return written
 
 
 def _collect_one(w: Workload, target: TargetSpec, store: RecordStore, config: CollectConfig,

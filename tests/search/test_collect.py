@@ -264,3 +264,25 @@ def test_stats_on_a_corrupt_store_names_file_and_line(collected, tmp_path, capsy
     assert main(["records", "stats", str(bad)]) == 2
     assert "records.jsonl:2: not JSON" in capsys.readouterr().err
     assert (bad / "records.jsonl").read_bytes() == before
+
+
+def test_samples_are_unmeasured_distinct_traces_that_resume_and_round_trip(tmp_path, capsys):
+    """`collect --samples N`: postprocessed design-space samples, never built or run, stored once
+    per distinct trace; a rerun samples nothing again; every one is exact through its script."""
+    from dragonlab.core import codec
+    from dragonlab.search.records import UNMEASURED
+
+    out = tmp_path / "samples"
+    args = ["collect", "--suite", "quick", "--only", "matmul_m64_n64_k64_float32,transpose_fusion_b4_m32_n64_ops-add_float32",
+            "--samples", "3", "--out", str(out)]
+    assert main(args) == 0
+    records = RecordStore(out).records()
+    assert {r.status for r in records} == {UNMEASURED} and {r.source for r in records} == {"sample"}
+    assert all(r.latencies is None for r in records) and (out / "records.samples.jsonl").exists()
+    by_workload = Counter(r.workload for r in records)
+    assert sorted(by_workload.values()) == [1, 3]  # a transpose's design space has one candidate
+    assert all(codec.decode(codec.encode(r.trace), verbatim=True) == codec.to_plain(r.trace) for r in records)
+    assert main(args) == 0 and "sampled 0 unmeasured traces for 2 workloads" in capsys.readouterr().out
+    assert len(RecordStore(out).records()) == len(records)
+    assert main([*args[:-4], "--samples", "0", "--out", str(tmp_path / "none")]) == 2
+    assert "--samples must be positive, got 0" in capsys.readouterr().err
