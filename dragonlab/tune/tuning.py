@@ -171,7 +171,8 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
             progress: bool) -> tuple[list, float | None]:
     """The model's attempts at every task, judged (`attempts.jsonl`, resumed), and the wall time
     they took (None when they were resumed)."""
-    from dragonlab.learn.attempts import ModelWriter, pending, read_attempts, write_and_evaluate
+    from dragonlab.evaluation.evaluate import Evaluation
+    from dragonlab.learn.attempts import Attempt, ModelWriter, pending, read_attempts, write_and_evaluate
     from dragonlab.learn.prompts import CONSTRUCTION, construction_prompt, kernel_text
 
     path, times = out / "attempts.jsonl", out / "seconds.jsonl"
@@ -184,12 +185,22 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
 
         start = time.monotonic()
         model, tokenizer = models.load(dragon)
+        # A kernel whose prompt fills the model's context gets nothing written: its attempts say
+        # so, and the task keeps TVM's default schedule (a network's largest fused kernels can
+        # be longer than what a small model was trained on).
+        room = getattr(model.config, "max_position_embeddings", None)
+        lengths = {row["index"]: len(tokenizer(row["prompt"])["input_ids"]) for row in todo}
+        full = [row for row in todo if room and lengths[row["index"]] >= room]
+        append_lines(path, (Attempt(SPLIT, row["index"], s, CONSTRUCTION, row["workload"], row["name"], "", Evaluation(
+            row["workload"], spec.name, "decode", f"the prompt's {lengths[row['index']]} tokens fill the model's "
+            f"context of {room}: nothing was written")).to_json() for row in full for s in range(config.attempts)))
+        todo = [row for row in todo if row not in full]
         batch = 8
         with ModelWriter(model, tokenizer, temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                          batch_size=batch, rows=todo, workloads=by_key, constrained=config.constrained) as writer:
             write_and_evaluate(writer, evaluator, rows, by_key, split=SPLIT, n=config.attempts, out=path,
                                seed=config.seed, per_batch=max(1, batch // config.attempts), progress=progress)
-        if len(todo) == len(rows):  # a resumed run's wall time is unknown
+        if len(todo) + len(full) == len(rows):  # a resumed run's wall time is unknown
             append_lines(times, [{"system": DRAGON, "seconds": time.monotonic() - start}])
     seconds = dict(read_lines(times, lambda d: (d["system"], d["seconds"]))) if times.exists() else {}
     return [a for a in read_attempts(path) if a.split == SPLIT], seconds.get(DRAGON)
