@@ -299,7 +299,7 @@ class ScriptFollower:
     def _cacheable(self, state: State, kind, block: str) -> bool:
         """Whether `cache_read`/`cache_write` of `block` applies with one of the likeliest buffer
         indices and scopes (a block has a buffer or two; most scopes work where one does)."""
-        return self._some_completion_applies(state, kind, 1, f"{kind.mnemonic} {block}", "", budget=16)
+        return self._some_completion_applies(state, kind, 1, f"{kind.mnemonic} {block}", "", budget=4)
 
     def _some_completion_applies(self, state: State, kind, k: int, head: str, typed: str,
                                  budget: int = 256) -> bool:

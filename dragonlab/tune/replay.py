@@ -81,7 +81,7 @@ def check_network(artifact: str, data: str, target_config: dict, checks: int, *,
     within the evaluator's per-dtype tolerances. Stage "time" when it matches."""
     import numpy as np
 
-    from dragonlab.evaluation.replay import error_ratio
+    from dragonlab.evaluation.replay import worst_error
 
     progress("run")
     vm, device = _machine(artifact, target_config)
@@ -94,12 +94,11 @@ def check_network(artifact: str, data: str, target_config: dict, checks: int, *,
         progress("check")
         if len(outputs) != len(expected):
             return {"stage": "check", "reason": f"{len(outputs)} outputs, the reference has {len(expected)}"}
-        for k, (o, r) in enumerate(zip(outputs, expected)):
-            ratio = error_ratio(o, r)
-            worst = max(worst, ratio)
-            if ratio > 1.0:
-                return {"stage": "check", "reason": f"output {k} differs from the reference on input set {s} "
-                        f"(worst error {ratio:.3g}x the tolerance)", "max_error": ratio}
+        ratio, bad = worst_error(outputs, expected)
+        worst = max(worst, ratio)
+        if bad is not None:
+            return {"stage": "check", "reason": f"output {bad} differs from the reference on input set {s} "
+                    f"(worst error {ratio:.3g}x the tolerance)", "max_error": ratio}
     return {"stage": "time", "reason": None, "max_error": worst}
 
 
