@@ -29,7 +29,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dragonlab.core.codec import CodecError, decode, encode
@@ -94,7 +94,6 @@ class TuneResult:
     tasks: list[TaskResult]
     systems: list[SystemResult]
     out: str = ""
-    notes: list[str] = field(default_factory=list)
 
     def system(self, name: str) -> SystemResult | None:
         return next((s for s in self.systems if s.system == name), None)
