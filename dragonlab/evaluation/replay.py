@@ -261,18 +261,28 @@ def check_kernel(key: str, mod_json: str, target_config: dict, artifact: str, jo
         func = tvm.runtime.load_module(artifact)["main"]
     except Exception as e:
         return {"stage": "run", "reason": f"load: {reason_of(e)}"}
+    return check_runs(lambda inputs: _run(func, inputs), reference, what="argument",
+                      against="the unscheduled kernel", progress=progress)
+
+
+def check_runs(run, reference: list, *, what: str, against: str, progress) -> dict:
+    """`run(inputs)` on each (inputs, expected outputs) set of `reference`, compared within the
+    tolerances: stage "time" with the worst error when every output matches, "check" naming the
+    first `what` (an argument, an output) that differs from `against`, "run" when a run raises."""
     worst = 0.0
     for s, (inputs, expected) in enumerate(reference):
         try:
-            outputs = _run(func, inputs)
+            outputs = run(inputs)
         except Exception as e:
             return {"stage": "run", "reason": reason_of(e)}
         progress("check")
+        if len(outputs) != len(expected):
+            return {"stage": "check", "reason": f"{len(outputs)} {what}s, {against} has {len(expected)}"}
         ratio, bad = worst_error(outputs, expected)
         worst = max(worst, ratio)
         if bad is not None:
-            return {"stage": "check", "reason": f"argument {bad} differs from the unscheduled kernel on input "
-                    f"set {s} (worst error {ratio:.3g}x the tolerance)", "max_error": ratio}
+            return {"stage": "check", "reason": f"{what} {bad} differs from {against} on input set {s} "
+                    f"(worst error {ratio:.3g}x the tolerance)", "max_error": ratio}
     return {"stage": "time", "reason": None, "max_error": worst}
 
 

@@ -81,25 +81,16 @@ def check_network(artifact: str, data: str, target_config: dict, checks: int, *,
     within the evaluator's per-dtype tolerances. Stage "time" when it matches."""
     import numpy as np
 
-    from dragonlab.evaluation.replay import worst_error
+    from dragonlab.evaluation.replay import check_runs
 
     progress("run")
     vm, device = _machine(artifact, target_config)
     arrays = np.load(data)
     params = _tensors(arrays, "param", device)
-    worst = 0.0
-    for s in range(checks):
-        outputs = _outputs(vm["main"](*_tensors(arrays, f"input{s}_", device), *params))
-        expected = [arrays[f"expected{s}_{k}"] for k in range(sum(f.startswith(f"expected{s}_") for f in arrays.files))]
-        progress("check")
-        if len(outputs) != len(expected):
-            return {"stage": "check", "reason": f"{len(outputs)} outputs, the reference has {len(expected)}"}
-        ratio, bad = worst_error(outputs, expected)
-        worst = max(worst, ratio)
-        if bad is not None:
-            return {"stage": "check", "reason": f"output {bad} differs from the reference on input set {s} "
-                    f"(worst error {ratio:.3g}x the tolerance)", "max_error": ratio}
-    return {"stage": "time", "reason": None, "max_error": worst}
+    reference = [(f"input{s}_", [arrays[f"expected{s}_{k}"] for k in range(
+        sum(f.startswith(f"expected{s}_") for f in arrays.files))]) for s in range(checks)]
+    return check_runs(lambda inputs: _outputs(vm["main"](*_tensors(arrays, inputs, device), *params)), reference,
+                      what="output", against="the reference", progress=progress)
 
 
 def time_network(artifact: str, data: str, target_config: dict, number: int, repeat: int, min_repeat_ms: int,

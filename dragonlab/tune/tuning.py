@@ -299,10 +299,10 @@ def _measure(system: str, mod_json: str, database: Path | None, spec, evaluator,
     if isinstance(checked, (WorkerError, RemoteError)):
         return SystemResult(system, "run", one_line(checked, last=True, typed=False))
     stage, reason, error = checked.get("stage"), checked.get("reason"), checked.get("max_error")
-    if stage not in ("time", "check") or not (error is None or type(error) is float):
+    if stage not in ("run", "check", "time") or not (error is None or type(error) is float):
         return SystemResult(system, "run", "the worker answered with malformed data")
-    if stage == "check":
-        return SystemResult(system, "check", str(reason)[:300], max_error=error)
+    if stage != "time":
+        return SystemResult(system, stage, str(reason)[:300], max_error=error)
     m = config.measure
     try:
         with evaluator.timing_lock:
