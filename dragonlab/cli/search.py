@@ -84,7 +84,9 @@ def collect(args) -> int:
     if args.benchmark_search and "trials" in given(args):
         raise UsageError("--benchmark-search takes each workload's trials from the benchmark: leave out --trials")
     if args.samples is not None:
-        return _samples(args)
+        require("--samples", args.samples, "> 0")
+        if args.benchmark_search:
+            raise UsageError("--samples and --benchmark-search exclude each other")
     timeout = {} if args.timeout is None else {"build_timeout_sec": args.timeout, "run_timeout_sec": args.timeout}
     config = config_from(CollectConfig, args, measure=config_from(MeasureConfig, args, **timeout))
     bench = load_benchmark(args.benchmark_search) if args.benchmark_search else None
@@ -93,8 +95,11 @@ def collect(args) -> int:
     if bench is not None:
         workloads = _judged(workloads, bench, args)
     workloads = shard(_chosen(args, workloads), args.shard)
-    suffix = ".".join(p for p in ("search" if bench else "", shard_name(args.shard) if args.shard else "") if p)
+    kind = "samples" if args.samples else "search" if bench else ""
+    suffix = ".".join(p for p in (kind, shard_name(args.shard) if args.shard else "") if p)
     store = RecordStore(args.out, shard=suffix, create=True)
+    if args.samples:
+        return _samples(args, workloads, target, store)
     # the benchmark gives each workload its budget: one collection per budget, largest first
     budgets = ({t: [w for w in workloads if w.key in keys] for t, keys in sorted(bench.search.items(), reverse=True)}
                if bench else {config.trials: workloads})
@@ -122,19 +127,10 @@ def collect(args) -> int:
     return 1 if failed else 0
 
 
-def _samples(args) -> int:
-    from dragonlab.core.targets import get_target
-    from dragonlab.core.workloads import suite
-    from dragonlab.search.collect import collect_samples, machine, shard, shard_name
-    from dragonlab.search.records import RecordStore
+def _samples(args, workloads: list, target, store) -> int:
+    """`collect --samples N`: unmeasured design-space samples instead of a search."""
+    from dragonlab.search.collect import collect_samples, machine
 
-    require("--samples", args.samples, "> 0")
-    if args.benchmark_search:
-        raise UsageError("--samples and --benchmark-search exclude each other")
-    target = get_target(args.target)
-    workloads = shard(_chosen(args, suite(args.suite, seed=args.seed)), args.shard)
-    suffix = ".".join(p for p in ("samples", shard_name(args.shard) if args.shard else "") if p)
-    store = RecordStore(args.out, shard=suffix, create=True)
     began, start = _now(), time.monotonic()
     written = 0
     try:

@@ -107,7 +107,7 @@ def prepare_worker(target_config: dict, *, progress) -> None:
     target_postprocs(target_config)
 
 
-def _random_args(arg_specs: list, seed: int) -> list:
+def random_args(arg_specs: list, seed: int) -> list:
     """numpy arrays for [(shape, dtype), ...]: floats uniform in [-1, 1], everything else in {0, 1}
     (indices and masks: small non-negative values stay in range for gathers)."""
     import numpy as np
@@ -140,7 +140,7 @@ def _reference_outputs(key: str, mod, target, checks: int, seed: int) -> list[tu
         func = fast_build(mod, target)["main"]
         sets = []
         for s in range(checks):
-            inputs = _random_args(arg_specs_of(mod), seed * 1000 + s)
+            inputs = random_args(arg_specs_of(mod), seed * 1000 + s)
             sets.append((inputs, _run(func, inputs)))
         _REFERENCES[cache_key] = sets
         while len(_REFERENCES) > 8:
@@ -320,7 +320,7 @@ def time_kernel(artifact: str, arg_specs: list, number: int, repeat: int, min_re
 
     progress("time")
     lib = tvm.runtime.load_module(artifact)
-    args = [tvm.runtime.tensor(a) for a in _random_args(arg_specs, 0)]
+    args = [tvm.runtime.tensor(a) for a in random_args(arg_specs, 0)]
     lib["main"](*args)  # warm-up: page in code and data
     timer = lib.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return [float(x) for x in timer(*args).results]

@@ -27,6 +27,7 @@ from dragonlab.core.errors import InputError, one_line
 from dragonlab.core.jsonl import write_atomic
 from dragonlab.core.networks import UnsupportedNetworkError, import_torch, network_workloads, tvm_target
 from dragonlab.core.workload import Workload
+from dragonlab.tune.replay import flat_outputs
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -109,16 +110,12 @@ def load(spec: str, *, target=None) -> Network:
         raise UnsupportedNetworkError(f"{file}:{e}") from None
 
 
-def random_inputs(network: Network, seed: int) -> list[np.ndarray]:
-    """One fresh input set: floats uniform in [-1, 1], integers in {0, 1} (indices stay in range)."""
-    rng = np.random.default_rng(seed)
-    return [rng.uniform(-1.0, 1.0, size=shape).astype(dtype) if dtype.startswith(("float", "bfloat"))
-            else rng.integers(0, 2, size=shape).astype(dtype) for shape, dtype in network.inputs]
-
-
 def reference_data(network: Network, path: str | os.PathLike, *, checks: int, seed: int, target=None) -> Path:
     """Write the data file: `checks` input sets, the parameters, and the reference's outputs."""
-    sets = [random_inputs(network, seed * 1000 + s) for s in range(checks)]
+    from dragonlab.evaluation.replay import random_args
+
+    # as the evaluator's kernel checks: floats uniform in [-1, 1], integers in {0, 1} (indices stay in range)
+    sets = [random_args(list(network.inputs), seed * 1000 + s) for s in range(checks)]
     reference = _torch_reference(network) if network.torch_module is not None else _untuned_reference(network, target)
     arrays = {f"param{j}": p for j, p in enumerate(network.params)}
     for s, inputs in enumerate(sets):
@@ -138,15 +135,9 @@ def _torch_reference(network: Network):
     def run(inputs):
         with torch.no_grad():
             out = network.torch_module.eval()(*(torch.from_numpy(a) for a in inputs))
-        return [t.numpy() for t in _flat(out)]
+        return flat_outputs(out)
 
     return run
-
-
-def _flat(value) -> list:
-    if hasattr(value, "numpy"):
-        return [value]
-    return [t for item in value for t in _flat(item)]
 
 
 def _untuned_reference(network: Network, target):
@@ -159,6 +150,6 @@ def _untuned_reference(network: Network, target):
     params = [tvm.runtime.tensor(p) for p in network.params]
 
     def run(inputs):
-        return [t.numpy() for t in _flat(vm["main"](*(tvm.runtime.tensor(a) for a in inputs), *params))]
+        return flat_outputs(vm["main"](*(tvm.runtime.tensor(a) for a in inputs), *params))
 
     return run

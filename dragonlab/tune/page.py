@@ -15,10 +15,6 @@ from dragonlab.reporting.widgets import Candidate
 from dragonlab.tune.tuning import DRAGON, UNTUNED, TuneResult, metaschedule
 
 
-def _systems(result: TuneResult) -> list[str]:
-    return [s.system for s in result.systems]
-
-
 def network_rows(result: TuneResult) -> list[dict]:
     """One row per build: latency, speedup over the untuned build, outputs, tuning cost."""
     untuned = result.system(UNTUNED)
@@ -87,8 +83,7 @@ def latency_figure(result: TuneResult) -> go.Figure:
 def task_figure(result: TuneResult) -> go.Figure:
     """Each task's kernel speedup over its unscheduled kernel, per system."""
     fig = go.Figure()
-    systems = [s for s in _systems(result) if s != UNTUNED]
-    for system in systems:
+    for system in (s.system for s in result.systems if s.system != UNTUNED):
         fig.add_bar(x=[t.name.removeprefix(f"{result.network}_") for t in result.tasks],
                     y=[t.unscheduled / t.latencies[system] if t.unscheduled and t.latencies.get(system) else None
                        for t in result.tasks], name=system)

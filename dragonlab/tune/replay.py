@@ -62,11 +62,12 @@ def _machine(artifact: str, target_config: dict):
     return relax.VirtualMachine(tvm.runtime.load_module(artifact), device), device
 
 
-def _outputs(value) -> list:
-    """A VM result (a tensor or nested tuples of them) as a flat list of numpy arrays."""
+def flat_outputs(value) -> list:
+    """A network's result (a TVM or torch tensor, or nested tuples of them) as a flat list of
+    numpy arrays."""
     if hasattr(value, "numpy"):
         return [value.numpy()]
-    return [a for item in value for a in _outputs(item)]
+    return [a for item in value for a in flat_outputs(item)]
 
 
 def _tensors(data, prefix: str, device) -> list:
@@ -89,7 +90,7 @@ def check_network(artifact: str, data: str, target_config: dict, checks: int, *,
     params = _tensors(arrays, "param", device)
     reference = [(f"input{s}_", [arrays[f"expected{s}_{k}"] for k in range(
         sum(f.startswith(f"expected{s}_") for f in arrays.files))]) for s in range(checks)]
-    return check_runs(lambda inputs: _outputs(vm["main"](*_tensors(arrays, inputs, device), *params)), reference,
+    return check_runs(lambda inputs: flat_outputs(vm["main"](*_tensors(arrays, inputs, device), *params)), reference,
                       what="output", against="the reference", progress=progress)
 
 

@@ -29,7 +29,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from dragonlab.core.codec import CodecError, decode, encode
@@ -86,6 +86,9 @@ class SystemResult:
         return statistics.median(self.latencies) if self.latencies else None
 
 
+MEASURED = ("system", "stage", "reason", "latencies", "max_error")  # a build's fields that networks.jsonl keeps
+
+
 @dataclass(frozen=True)
 class TuneResult:
     network: str
@@ -137,7 +140,7 @@ def tune(network: Network, out, *, dragon, target: str = "cpu", config: TuneConf
         searches = {n: _search(workloads, spec, out / f"search-{n}", n, config.seed, progress) for n in (small, large)}
         chosen = {DRAGON: _best_attempts(attempts)}
         for n, runs in searches.items():
-            chosen[metaschedule(n)] = {key: run.best_within(n)[1] for key, run in runs.items() if run.best_within(n)}
+            chosen[metaschedule(n)] = {key: best[1] for key, run in runs.items() if (best := run.best_within(n))}
         write_atomic(out / "chosen.json", _dumps({system: {key: encode(plain) for key, plain in kernels.items()}
                                                   for system, kernels in chosen.items()}))
         tasks = _retime(workloads, chosen, attempts, evaluator, out / "tasks.json", progress)
@@ -148,10 +151,9 @@ def tune(network: Network, out, *, dragon, target: str = "cpu", config: TuneConf
         if not data.exists():
             reference_data(network, data, checks=config.checks, seed=config.seed, target=spec.tvm())
         systems = _networks(network, workloads, spec, chosen, evaluator, out, data, config, progress)
-    systems = [SystemResult(**{**asdict(s), "seconds": seconds.get(s.system), "measurements":
-                               measurements.get(s.system, 0),
-                               "defaults": tuple(w.name for w in workloads if s.system != UNTUNED
-                                                 and w.key not in chosen.get(s.system, {}))}) for s in systems]
+    systems = [replace(s, seconds=seconds.get(s.system), measurements=measurements.get(s.system, 0),
+                       defaults=tuple(w.name for w in workloads if s.system != UNTUNED
+                                      and w.key not in chosen.get(s.system, {}))) for s in systems]
     result = TuneResult(network.name, spec.name, {**asdict(config), "dragon": str(dragon)}, tasks, systems, str(out))
     write_atomic(out / "tune.json", _dumps(result.to_json()))
     from dragonlab.tune.page import write_html
@@ -249,11 +251,11 @@ def _retime(workloads: list[Workload], chosen: dict, attempts: list, evaluator, 
 
 def _networks(network: Network, workloads: list[Workload], spec, chosen: dict, evaluator, out: Path, data: Path,
               config: TuneConfig, progress: bool) -> list[SystemResult]:
-    """Each system's build of the network, checked and timed (`networks.jsonl`, one line per
-    system as it is measured)."""
+    """Each system's build of the network, checked and timed (`networks.jsonl`: one line per
+    system as it is measured, with what was measured; the rest of a SystemResult is derived)."""
     log = out / "networks.jsonl"
     done = {s.system: s for s in read_lines(log, lambda d: SystemResult(**{
-        **d, "latencies": tuple(d["latencies"]) if d["latencies"] else None}))} if log.exists() else {}
+        k: tuple(v) if k == "latencies" and v else v for k, v in d.items() if k in MEASURED}))} if log.exists() else {}
     systems = [UNTUNED, *chosen]
     mod_json = module_json(network.mod)
     with progress_bar(total=len(systems), initial=sum(s in done for s in systems), unit="build",
@@ -265,7 +267,7 @@ def _networks(network: Network, workloads: list[Workload], spec, chosen: dict, e
             if system != UNTUNED and chosen[system]:
                 database = _database(out / "databases" / system, workloads, chosen[system], spec, evaluator)
             done[system] = _measure(system, mod_json, database, spec, evaluator, out, data, config)
-            append_lines(log, [asdict(done[system])])
+            append_lines(log, [{k: v for k, v in asdict(done[system]).items() if k in MEASURED}])
             bar.update()
     return [done[s] for s in systems]
 
