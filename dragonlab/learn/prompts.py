@@ -103,8 +103,22 @@ _FOR_KINDS = {1: "parallel", 2: "vectorized", 3: "unrolled", 4: "thread"}
 class _Printer:
     def __init__(self):
         self.lines: list[str] = []
-        self.names: dict = {}  # block iterator Var -> the loop name it is printed as
+        self.names: dict = {}  # loop or block iterator Var -> the name it is printed as
         self.buffers: dict = {}  # buffer Var -> its unique name (TVMScript's: T_cast, T_cast_1, ...)
+        self.scope: list[str] = []  # the loop and iterator names visible where the printer is
+
+    def name(self, var, like=None) -> str:
+        """A name for a loop or iterator variable, unique among those in scope (attention's
+        `out` block has two loops called `j`: they print as `j` and `j_1`); `like` shares it."""
+        base, i = var.name, 0
+        name = base
+        while name in self.scope:
+            i += 1
+            name = f"{base}_{i}"
+        self.scope.append(name)
+        for v in (var, like) if like is not None else (var,):
+            self.names[v] = name
+        return name
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
@@ -131,17 +145,21 @@ class _Printer:
         if isinstance(s, tirx.For) and _plain_loop(s):
             self.stmt(s.body, depth, loops + [s])
             return
+        mark = len(self.scope)  # names declared below go out of scope when this statement ends
         if isinstance(s, SBlockRealize):
             self.block(s, depth, loops)
-            return
-        depth = self.open(loops, depth)
+        else:
+            self.statement(s, self.open(loops, depth))
+        del self.scope[mark:]
+
+    def statement(self, s, depth: int) -> None:
         if isinstance(s, tirx.For):
             kind = _FOR_KINDS.get(int(s.kind), str(s.kind))
             binding = f" {s.thread_binding.thread_tag}" if s.thread_binding is not None else ""
             start = f"{self.expr(s.min)}, " if not _is_zero(s.min) else ""
             step = f", step {self.expr(s.step)}" if s.step is not None and not _is_one(s.step) else ""
             ann = _annotations(s.annotations)
-            self.emit(depth, f"for {s.loop_var.name} in {start}{self.expr(s.extent)}{step} {kind}{binding}{ann}:")
+            self.emit(depth, f"for {self.name(s.loop_var)} in {start}{self.expr(s.extent)}{step} {kind}{binding}{ann}:")
             self.stmt(s.body, depth + 1, [])
         elif isinstance(s, tirx.SeqStmt):
             for child in s.seq:
@@ -154,7 +172,7 @@ class _Printer:
 
     def open(self, loops: list, depth: int) -> int:
         for loop in loops:
-            self.emit(depth, f"for {loop.loop_var.name} in {self.expr(loop.extent)}:")
+            self.emit(depth, f"for {self.name(loop.loop_var)} in {self.expr(loop.extent)}:")
             depth += 1
         return depth
 
@@ -165,21 +183,20 @@ class _Printer:
                  and all(v.same_as(loop.loop_var) and _is_zero(iv.dom.min) and _same_int(iv.dom.extent, loop.extent)
                          for v, iv, loop in zip(values, b.iter_vars, loops)))
         if bound:  # iterators named after their loops; the loops are implied by the header
-            for iv, loop in zip(b.iter_vars, loops):
-                self.names[iv.var] = loop.loop_var.name
-            iters = [f"{loop.loop_var.name} {self.expr(iv.dom.extent)}{_ITER_KINDS.get(iv.iter_type, '?')}"
-                     for iv, loop in zip(b.iter_vars, loops)]
+            iters = [f"{self.name(loop.loop_var, like=iv.var)} {self.expr(iv.dom.extent)}"
+                     f"{_ITER_KINDS.get(iv.iter_type, '?')}" for iv, loop in zip(b.iter_vars, loops)]
             where = ""
         else:
             depth = self.open(loops, depth)
-            iters = [f"{iv.var.name} {self.range(iv.dom)}{_ITER_KINDS.get(iv.iter_type, '?')} = {self.expr(v)}"
-                     for iv, v in zip(b.iter_vars, values)]
+            bindings = [self.expr(v) for v in values]  # in the loops' names, before the iterators take theirs
+            iters = [f"{self.name(iv.var)} {self.range(iv.dom)}{_ITER_KINDS.get(iv.iter_type, '?')} = {binding}"
+                     for iv, binding in zip(b.iter_vars, bindings)]
             where = "" if _is_true(realize.predicate) else f" where {self.expr(realize.predicate)}"
         self.emit(depth, f"block {b.name_hint}({', '.join(iters)}){where}{_annotations(b.annotations)}:")
         self.allocs(b, depth + 1)
         if b.init is not None:
             inner = _Printer()
-            inner.names, inner.buffers = self.names, self.buffers
+            inner.names, inner.buffers, inner.scope = self.names, self.buffers, self.scope
             inner.stmt(b.init, 0, [])
             for line in inner.lines:
                 self.emit(depth + 1, f"init {line}")

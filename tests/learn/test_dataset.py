@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dragonlab.cli import main
-from dragonlab.core import codec
+from dragonlab.core import codec, families
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import Workload, iter_suite, suite
 from dragonlab.evaluation.replay import target_postprocs
@@ -73,6 +73,17 @@ def test_compact_kernels_tell_workloads_apart_and_name_every_block():
     for w in workloads:
         blocks = set(re.findall(r'T\.sblock\("([^"]+)"\)', kernel_text(w, "tvmscript"))) - {"root"}  # implicit
         assert blocks and all(f"block {b}(" in texts[w.key] for b in blocks), w.name
+
+
+def test_compact_kernels_give_each_loop_in_scope_its_own_name():
+    # attention's `out` block runs over two loops that te names `j`: one must not read as the other
+    text = kernel_text(families.attention(b=1, heads=2, s=16, d=32), "compact")
+    assert "block out(t 2, i 16, j 32, j_1 16 r):" in text
+    assert "out[t, i, j] + T_softmax_norm[t, i, j_1] * V[t, j_1, j]" in text
+    assert "block T_softmax_exp(i0 2, i1 16, i2 16):" in text  # a name out of scope is free again
+    for header in re.findall(r"block \w+\((.*)\)", text):
+        names = [part.split()[0] for part in header.split(", ")]
+        assert len(names) == len(set(names)), header
 
 
 def test_compact_kernels_are_less_than_half_the_tokens_of_tvmscript():
