@@ -1,7 +1,8 @@
 """Run directories of the long jobs (SFT, RL, the report): claim, checkpoints, logs, processes.
 
 A run directory is claimed by writing `run.json` (the run's config); a rerun with the same
-config resumes, another config is refused. Trainer checkpoints count once `trainer_state.json`,
+config resumes, another config is refused. A config field that a newer dragonlab added counts as
+the same when the rerun leaves it at its default: the run was made with what the default does. Trainer checkpoints count once `trainer_state.json`,
 the last file the Trainer writes, is in them; an incomplete one (a kill during the save) is
 removed before resuming. `log.jsonl` is append-only; readers keep the last line per step.
 
@@ -19,7 +20,7 @@ import contextlib
 import json
 import os
 import shutil
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 from dragonlab.core.errors import InputError
@@ -68,6 +69,9 @@ def claim(out: Path, config, data, **extra) -> None:
         old = read_json(meta)
         if not (isinstance(old, dict) and isinstance(old.get("config"), dict)):
             raise InputError(f"{meta}: not a dragonlab run.json (no config object); choose a new --out")
+        added = {f.name: f.default for f in fields(config)
+                 if f.name not in old["config"] and f.default is not MISSING}  # by a newer dragonlab
+        old = {**old, "config": {**old["config"], **json.loads(json.dumps(added))}}
         if old != run:
             raise InputError(f"{out} holds another run ({meta} differs: {_diff(old, run)}); "
                                   "choose a new --out or rerun with the same settings to resume")

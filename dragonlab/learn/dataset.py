@@ -549,3 +549,23 @@ def target_of(dsd, splits: list[str]) -> str:
     if len(targets) != 1:
         raise DatasetFormatError(f"splits {', '.join(splits)} mix targets {sorted(targets)}; use one target at a time")
     return targets.pop()
+
+
+def spread_workloads(ds, n: int, *, seed: int = 0):
+    """The examples of `n` of the workloads in `ds`, families taken in turn (each family's
+    workloads, and the order of the families, shuffled by `seed`): every family is in the subset
+    as soon as `n` reaches their number, and a smaller subset is part of a larger one, so a
+    scaling curve over `n` adds workloads and changes nothing else."""
+    import random
+
+    rng = random.Random(seed)
+    by_family: dict[str, list[str]] = {}
+    for key, family in sorted(set(zip(ds["workload"], ds["family"]))):
+        by_family.setdefault(family, []).append(key)
+    if n > sum(map(len, by_family.values())):
+        raise InputError(f"{n} workloads asked for; the split has {sum(map(len, by_family.values()))}")
+    queues = [rng.sample(keys, len(keys)) for _, keys in sorted(by_family.items())]
+    rng.shuffle(queues)
+    order = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
+    chosen = set(order[:n])
+    return ds.filter(lambda key: key in chosen, input_columns="workload")

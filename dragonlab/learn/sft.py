@@ -49,6 +49,9 @@ class SFTConfig:
                                                                 "range": "> 0"})
     batch_size: int | None = field(default=None, metadata={"help": "examples per optimizer step, over all "
                                                                    "processes; None = the preset's", "range": "> 0"})
+    train_workloads: int | None = field(default=None, metadata={
+        "help": "train on the examples of this many train workloads, families taken in turn (a point of the "
+                "scaling curve; docs/sft.md); None = all", "range": "> 0"})
     max_length: int = field(default=2048, metadata={"help": "tokens of prompt + completion; longer ones are dropped"})
     warmup_ratio: float = field(default=0.05, metadata={"help": "share of steps with a rising learning rate",
                                                         "range": "[0, 1)"})
@@ -101,13 +104,19 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     if "train" not in dsd:
         raise InputError(f"{data}: the dataset has no train split")
     preset = models.get_preset(config.preset)
+    train = dsd["train"]
+    if config.train_workloads is not None:
+        try:
+            train = dataset.spread_workloads(train, config.train_workloads, seed=config.seed)
+        except InputError as e:
+            raise InputError(f"{data}: SFTConfig.train_workloads: {e}") from None
     with main_first():
         claim(out, config, data)
     if (out / "model").is_dir():  # this run finished before: nothing to train
         log = read_log(out / "log.jsonl")
         return SFTRun(out, out / "model", max((d.get("step", 0) for d in log), default=0), None, log)
 
-    train_rows = dsd["train"].select_columns(["prompt", "completion"])
+    train_rows = train.select_columns(["prompt", "completion"])
     if preset.source == "scratch":
         tok_dir = out / "tokenizer"
         with main_first():

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dragonlab.cli import main
 from dragonlab.core import codec, families
+from dragonlab.core.errors import InputError
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import Workload, iter_suite, suite
 from dragonlab.evaluation.replay import target_postprocs
@@ -309,3 +310,16 @@ def test_cli_help_gives_the_config_defaults(capsys):
     config = DatasetConfig()
     for name in ("top_k", "margin", "pairs_per_workload", "seed", "prompt_form", "scripts", "validation", "test"):
         assert options[f"--{name.replace('_', '-')}"].endswith(f"(default: {getattr(config, name)})"), name
+
+
+def test_spread_workloads_covers_the_families_first_and_nests():
+    keys = [(f"{family}{i}", family) for family in "abcd" for i in range(5 if family == "a" else 2)]
+    ds = datasets.Dataset.from_list([{"workload": k, "family": f, "prompt": p} for k, f in keys for p in "xy"])
+    picked = {n: dataset.spread_workloads(ds, n, seed=3) for n in (2, 4, 7, 11)}
+    assert len(set(picked[4]["family"])) == 4 and len(set(picked[4]["workload"])) == 4  # one of each family
+    assert len(picked[11]) == len(ds) and all(len(picked[n]) == 2 * n for n in picked)  # every example of each
+    for small, large in ((2, 4), (4, 7), (7, 11)):
+        assert set(picked[small]["workload"]) < set(picked[large]["workload"])
+    assert set(dataset.spread_workloads(ds, 4, seed=4)["workload"]) != set(picked[4]["workload"])
+    with pytest.raises(InputError, match="12 workloads asked for; the split has 11"):
+        dataset.spread_workloads(ds, 12)

@@ -116,6 +116,8 @@ def test_bad_dataset_and_settings_get_one_clear_error(data, tmp_path, capsys):
     assert "threads must be a positive integer, got 0" in capsys.readouterr().err
     assert main(["sft", "--preset", "gpt-17", "--data", str(data), "--out", str(tmp_path / "o")]) == 2
     assert "unknown preset 'gpt-17'" in capsys.readouterr().err
+    assert main(["sft", "--data", str(data), "--out", str(tmp_path / "o"), "--train-workloads", "9999"]) == 2
+    assert "SFTConfig.train_workloads: 9999 workloads asked for; the split has" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

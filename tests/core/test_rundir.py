@@ -1,0 +1,32 @@
+"""Run directories: a rerun resumes only the run it claimed."""
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from dragonlab.core.errors import InputError
+from dragonlab.core.rundir import claim
+
+
+@dataclass(frozen=True)
+class Config:
+    steps: int = 10
+    subset: int | None = None  # a field that a newer version added
+
+
+def test_a_rerun_resumes_with_the_same_config_and_refuses_another(tmp_path):
+    claim(tmp_path / "run", Config(), tmp_path)
+    claim(tmp_path / "run", Config(), tmp_path)  # the same: a resume
+    with pytest.raises(InputError, match=r"config.steps: 10 -> 20"):
+        claim(tmp_path / "run", Config(steps=20), tmp_path)
+
+
+def test_a_field_added_since_the_run_began_resumes_at_its_default_only(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"config": {"steps": 10}, "data": str(tmp_path.resolve())}))
+    claim(run, Config(), tmp_path)
+    with pytest.raises(InputError, match=r"config.subset: None -> 30"):
+        claim(run, Config(subset=30), tmp_path)
+    assert json.loads((run / "run.json").read_text())["config"] == {"steps": 10}  # nothing rewritten
