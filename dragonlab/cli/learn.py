@@ -91,10 +91,11 @@ def dataset_stats(args) -> int:
 # --- sft and attempts ------------------------------------------------------------------------------
 
 def add_sft(sub, name: str, help: str):
+    from dragonlab.learn.models import PRESETS
     from dragonlab.learn.sft import SFTConfig
 
     c = command(sub, name, help, configs=[SFTConfig],
-                description="Fine-tune a preset (scratch-tiny, scratch-small, smollm2-135m-lora) or a local "
+                description=f"Fine-tune a preset ({', '.join(PRESETS)}) or a local "
                             "Hugging Face checkpoint (with LoRA) with trl's SFTTrainer, loss on completions only. "
                             "Rerunning with the same settings resumes from the last checkpoint.")
     c.add_argument("--data", type=Path, required=True, help=DATA_HELP)

@@ -130,3 +130,15 @@ def test_smollm2_lora_trains_a_few_steps_offline(data, tmp_path, monkeypatch):
     model, tokenizer = models.load(run.model_dir)
     (script,), = models.generate(model, tokenizer, ["task: construction\n"], temperature=0, max_new_tokens=4)
     assert isinstance(script, str)
+
+
+def test_batches_are_drawn_as_the_config_or_else_the_preset_says(tmp_path):
+    from dragonlab.learn.sft import trainer_arguments
+
+    def strategy(config, preset):
+        return trainer_arguments(config, tmp_path, defaults=models.PRESETS[preset], progress=False).train_sampling_strategy
+
+    assert strategy(SFTConfig(), "scratch-small") == models.PRESETS["scratch-small"].sampling
+    assert strategy(SFTConfig(sampling="group_by_length"), "scratch-small") == "group_by_length"
+    assert strategy(SFTConfig(sampling="random"), "scratch-base") == "random"
+    assert strategy(SFTConfig(), "scratch-base") == "group_by_length"
