@@ -129,6 +129,9 @@ def add_attempts(sub, name: str, help: str):
     c.add_argument("--n", type=int, default=4, help="attempts per example")
     c.add_argument("--temperature", type=number(">= 0"), default=0.8, help="0 = greedy")
     c.add_argument("--limit", type=int, default=None, help="only the first N examples")
+    c.add_argument("--per-workload", type=int, default=None, metavar="R",
+                   help="only one construction prompt per workload and its first R refinement prompts, as the "
+                        "report takes them (default: every example)")
     c.add_argument("--max-new-tokens", type=int, default=768, help="tokens per script, at most")
     c.add_argument("--out", type=Path, required=True, help="attempts file (JSON lines; appended)")
     c.add_argument("--seed", type=int, default=0, help="sampling seed")
@@ -145,6 +148,8 @@ def attempts(args) -> int:
     from dragonlab.learn.attempts import format_summary, sample_and_evaluate, summary
 
     require("--n", args.n, "> 0")
+    if args.per_workload is not None:
+        require("--per-workload", args.per_workload, ">= 0")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dsd, workloads = dataset.load(args.data)
     model, tokenizer = models.load(args.model)
@@ -152,7 +157,7 @@ def attempts(args) -> int:
         judged = sample_and_evaluate(model, tokenizer, evaluator, dsd, workloads, split=args.split, n=args.n,
                                      temperature=args.temperature, limit=args.limit,
                                      max_new_tokens=args.max_new_tokens, out=args.out, seed=args.seed,
-                                     constrained=args.constrained)
+                                     constrained=args.constrained, refinement_per_workload=args.per_workload)
     print(format_summary(summary(judged)))
     return 0
 

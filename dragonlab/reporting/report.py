@@ -50,7 +50,7 @@ from pathlib import Path
 from dragonlab.core.errors import InputError, one_line
 from dragonlab.core.jsonl import append_lines, read_lines, write_atomic
 from dragonlab.evaluation.evaluate import Evaluation
-from dragonlab.learn.attempts import Attempt, ModelWriter, write_and_evaluate
+from dragonlab.learn.attempts import Attempt, ModelWriter, per_workload, write_and_evaluate
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, refinement_from
 from dragonlab.reporting.compare import ModelComparison, compare_models
 from dragonlab.reporting.config import ReportConfig
@@ -63,21 +63,9 @@ __all__ = ["ReportConfig", "Report", "run_report", "read_report", "held_out_rows
 # --- the run -------------------------------------------------------------------------------------
 
 def held_out_rows(dsd, config: ReportConfig) -> dict[str, list[dict]]:
-    """Per split: one construction prompt per workload (a workload's construction rows share it)
-    and its first `refinement_per_workload` refinement prompts, each with its "index" in the split."""
-    out = {}
-    for split in config.splits:
-        if split not in dsd:
-            continue
-        taken: dict[tuple, int] = defaultdict(int)
-        rows = []
-        for i, row in enumerate(dsd[split]):
-            cap = 1 if row["task"] == CONSTRUCTION else config.refinement_per_workload
-            if cap is None or taken[(row["task"], row["workload"])] < cap:
-                taken[(row["task"], row["workload"])] += 1
-                rows.append(dict(row, index=i))
-        out[split] = rows
-    return out
+    """Per split: one construction prompt per workload and its first `refinement_per_workload`
+    refinement prompts (`attempts.per_workload`), each with its "index" in the split."""
+    return {split: per_workload(dsd[split], config.refinement_per_workload) for split in config.splits if split in dsd}
 
 
 def llm_system(model: str) -> str:
