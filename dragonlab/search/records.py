@@ -170,18 +170,22 @@ class RecordStore:
         """Compress the plain files (of one shard, and the workload file) into sealed `.gz` files.
         `part`: a shard still being collected is sealed as `<stem>.<shard>.partN.jsonl.gz` (N the
         next free number), so that what it has so far can be shipped and its collection goes on
-        in a new plain file."""
+        in a new plain file. A plain file whose sealed name is taken (lines appended after its
+        shard was sealed: a rerun's log line) is sealed as the next part too; nothing sealed is
+        ever replaced."""
         if part and not shard:
             raise InputError("sealing a part needs the shard it belongs to")
         names = [f"{stem}.{shard}.jsonl" for stem in ("records", "progress", "collection")] if shard else None
         paths = [p for stem in ("workloads", "records", "progress", "collection") for p in self.files(stem)]
         paths = [p for p in paths if p.suffix == ".jsonl" and (names is None or p.name in names
                                                                 or p.name == "workloads.jsonl")]
-        if part:
-            n = 1 + max((int(m) for p in self.root.glob(f"*.{shard}.part*.jsonl*")
-                         for m in [p.name.split(".part")[1].split(".")[0]] if m.isdigit()), default=0)
-            paths = [p if p.name == "workloads.jsonl" else p.rename(p.with_name(p.name.replace(
-                f".{shard}.jsonl", f".{shard}.part{n}.jsonl"))) for p in paths]
+        taken = [p for p in paths if p.with_name(p.name + ".gz").exists()]
+        if part or taken:
+            moved = taken if not part else [p for p in paths if p.name != "workloads.jsonl" or p in taken]
+            n = 1 + max((int(m) for p in moved for q in self.root.glob(f"{p.name[:-len('.jsonl')]}.part*.jsonl*")
+                         for m in [q.name.rsplit(".part", 1)[1].split(".")[0]] if m.isdigit()), default=0)
+            paths = [p.rename(p.with_name(f"{p.name[:-len('.jsonl')]}.part{n}.jsonl")) if p in moved else p
+                     for p in paths]
         return [seal(p) for p in paths]
 
     def files(self, stem: str) -> list[Path]:

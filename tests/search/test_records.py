@@ -115,6 +115,12 @@ def test_a_sealed_shard_reads_as_it_is_while_another_shard_goes_on(tmp_path, cap
     assert "total: 2 records" in capsys.readouterr().out
     assert main(["records", "seal", str(tmp_path), "--shard", "0/2"]) == 0
     assert "nothing to seal" in capsys.readouterr().out
+    # a rerun of the sealed shard (make standard-corpus again) logs a line under a sealed name: sealed as a part
+    sealed = (tmp_path / "progress.0-of-2.jsonl.gz").read_bytes()
+    done.mark_done(w.key, "cpu", 1)
+    assert main(["records", "seal", str(tmp_path), "--shard", "0/2"]) == 0
+    assert (tmp_path / "progress.0-of-2.part1.jsonl.gz").exists() and not (tmp_path / "progress.0-of-2.jsonl").exists()
+    assert (tmp_path / "progress.0-of-2.jsonl.gz").read_bytes() == sealed and done.done() == before[2]
     assert main(["records", "seal", str(tmp_path), "--shard", "2/2"]) == 2
     assert "--shard must be I/N" in capsys.readouterr().err
 
