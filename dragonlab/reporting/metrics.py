@@ -35,6 +35,20 @@ def geomean(xs) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+def geomean_interval(ratios: list[float], *, level: float = 0.95, draws: int = 2000,
+                     seed: int = 0) -> tuple[float, float] | None:
+    """A bootstrap interval of the geometric mean of `ratios` (percentile method: the workloads
+    resampled with replacement `draws` times, seeded); None for fewer than two."""
+    import numpy as np
+
+    if len(ratios) < 2:
+        return None
+    logs = np.log(np.asarray(ratios, dtype=float))
+    means = logs[np.random.default_rng(seed).integers(0, len(logs), (draws, len(logs)))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return math.exp(low), math.exp(high)
+
+
 def stats(speedups: list[float | None]) -> Stats:
     """Geomean, mean and median of speedups where None (incorrect) counts as 1, and the geomean
     of the correct ones alone."""
@@ -72,12 +86,15 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
     budgets = sorted(config.budgets)
     ms = {n: {k: _latency(d) for k, d in base.get(f"metaschedule@{n}", {}).items()} for n in budgets}
     search = base.get("_search", {})
-    systems, best_of_k, versus, to_match, curves = {}, {}, {}, {}, {}
+    random = {k: _latency(d) for k, d in base.get(f"random best-of-{config.k}", {}).items()}
+    systems, best_of_k, versus, versus_random, to_match, curves = {}, {}, {}, {}, {}, {}
     for name, group in attempts.items():
         systems[name] = _system(group, unscheduled, ms, config)
         best = _best_of(group, CONSTRUCTION, config.k)
         best_of_k[name] = best
         versus[name] = _versus(best, ms, held)
+        if random:
+            versus_random[name] = _ratio(best, random, held)
         to_match[name] = _to_match(best, search)
         curves[name] = _curve(group, unscheduled, config.k)
     baselines = {}
@@ -102,7 +119,8 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
         seeded = SeededSearch(names[0], top, _ratio(s, ms[top], held),
                               {k: d.get("seeded") for k, d in base[names[0]].items()})
     return Report(config=config, paper=PAPER, held_out_workloads=len(held), systems=systems, baselines=baselines,
-                  best_of_k=best_of_k, best_of_k_vs_metaschedule=versus, trials_to_match=to_match,
+                  best_of_k=best_of_k, best_of_k_vs_metaschedule=versus, best_of_k_vs_random=versus_random,
+                  trials_to_match=to_match,
                   turns={name: _turn_curve(rows, unscheduled, config.turns) for name, rows in turns.items()},
                   best_of_k_curve=curves, rl_vs_sft=rl_vs_sft, audit=_audit(attempts, base), seeded_search=seeded,
                   search_seconds={k: v.get("seconds") for k, v in search.items()})
@@ -159,7 +177,8 @@ def _ratio(lat: dict, ref: dict, held: list[str]) -> Ratio:
     pairs = [(lat.get(k), ref.get(k)) for k in held]
     both = [t / r for t, r in pairs if t and r]
     return Ratio(geomean_latency_ratio=geomean(both), workloads=len(both),
-                 no_correct_kernel=sum(not t for t, _ in pairs), no_search_kernel=sum(not r for _, r in pairs))
+                 no_correct_kernel=sum(not t for t, _ in pairs), no_search_kernel=sum(not r for _, r in pairs),
+                 interval=geomean_interval(both))
 
 
 def _versus(best: dict, ms: dict, held: list[str]) -> dict[int, Ratio]:

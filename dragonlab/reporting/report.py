@@ -123,7 +123,10 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
             attempts[name] = _attempts(llm, evaluator, rows, workloads, out / f"attempts-{name}.jsonl", config,
                                        progress)
 
-        base = _baselines(evaluator, [workloads[k] for k in held], target, attempts, out, config, progress)
+        stored = stored_searches(run / "dataset")
+        if stored is not None and progress:
+            print(f"MetaSchedule baselines: the searches stored in {stored}, as far as each went")
+        base = _baselines(evaluator, [workloads[k] for k in held], target, attempts, out, config, progress, stored)
         rl_vs_sft = None
         if "sft" in attempts and "rl" in attempts:
             rl_vs_sft = _rl_vs_sft(evaluator, workloads, rows, attempts)
@@ -132,6 +135,7 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
         metrics(attempts, turns, base, config, held, rl_vs_sft), workload_names={k: workloads[k].name for k in held},
         run=str(run), target=target, models={name: str(path) for name, path in systems.items()},
         llm=LLMSystem(llm_system(llm.model), llm.base_url, llm.model) if llm else None,
+        stored_search=str(stored) if stored is not None else None,
         sources=tuple(sorted(p.name for p in out.iterdir() if p.suffix == ".jsonl" or p.is_dir())))
     write_atomic(out / "report.json", json.dumps(report.to_json(), indent=1) + "\n")
     from dragonlab.reporting.report_html import write_html, write_pngs
@@ -200,10 +204,23 @@ def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Pa
     return out
 
 
+def stored_searches(dataset_dir: str | os.PathLike) -> Path | None:
+    """The corpus whose benchmark gave the dataset its splits, when it is on this machine: its
+    stored searches of the benchmark's workloads are the report's MetaSchedule baselines."""
+    from dragonlab.core.jsonl import read_json
+    from dragonlab.search.benchmark import find
+
+    build = Path(dataset_dir) / "build.json"
+    bench = ((read_json(build) if build.is_file() else {}).get("config") or {}).get("benchmark")
+    corpus = Path(bench).parent if bench else None
+    return corpus if corpus is not None and find(corpus) == Path(bench) else None
+
+
 def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Attempt]], out: Path,
-               config: ReportConfig, progress: bool) -> dict[str, dict[str, dict]]:
+               config: ReportConfig, progress: bool, stored: Path | None = None) -> dict[str, dict[str, dict]]:
     """{system: {workload key: {"latency", "stage", "script", ...}}} for every baseline, judged
-    now or read back from baselines.jsonl."""
+    now or read back from baselines.jsonl. `stored`: a corpus whose searches are taken instead of
+    searching (`baselines.search`)."""
     from dragonlab.core import codec
     from dragonlab.search import baselines
 
@@ -239,7 +256,7 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
     judge("dlight", {w.key: [default_script(w, target) or baselines.unscheduled_script()] for w in held})
 
     top = max(config.budgets)
-    plain = baselines.search(held, target, top, out / "search", seed=config.seed, progress=progress)
+    plain = baselines.search(held, target, top, out / "search", seed=config.seed, stored=stored, progress=progress)
     for n in sorted(config.budgets):
         picks = {k: run.best_within(n) for k, run in plain.items()}
         judge(f"metaschedule@{n}", {k: [codec.encode(p[1])] for k, p in picks.items() if p},
@@ -252,7 +269,9 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
         for a in attempts[seeded_by]:
             if a.task == CONSTRUCTION and a.evaluation.latency:
                 seeds[a.workload].append((codec.decode(a.script), a.evaluation.latencies))
-        runs = baselines.search(held, target, top, out / f"seeded-{seeded_by}", seeds=dict(seeds),
+        # at `top` trials against the plain search at `top`: only where that search went so far
+        full = [w for w in held if plain[w.key].budget is None or plain[w.key].budget >= top]
+        runs = baselines.search(full, target, top, out / f"seeded-{seeded_by}", seeds=dict(seeds),
                                 seed=config.seed, progress=progress)
         picks = {k: r.best_within(top) for k, r in runs.items()}
         judge(f"{seeded_by}-seeded metaschedule@{top}", {k: [codec.encode(p[1])] for k, p in picks.items() if p},

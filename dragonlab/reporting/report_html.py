@@ -100,6 +100,19 @@ def sections(report: Report) -> list[tuple[str, str]]:
     out.append((f"Model best-of-{cfg.k} vs MetaSchedule at N trials (geomean latency ratio; < 1: faster than search)",
                 table(["system"] + [f"N = {b}" for b in budgets], rows)))
 
+    rows = [[html.escape(n), fmt(r.geomean_latency_ratio, "x"),
+             f"{fmt(r.interval[0], 'x')} to {fmt(r.interval[1], 'x')}" if r.interval else "-",
+             str(r.workloads), str(r.no_correct_kernel), str(r.no_search_kernel)]
+            for n, r in report.best_of_k_vs_random.items()]
+    if rows:
+        out.append((f"Model best-of-{cfg.k} vs {cfg.k} random design-space samples (geomean latency ratio, "
+                    "bootstrap 95% interval over workloads; < 1: faster than the samples)",
+                    table(["system", "ratio", "95% interval", "workloads", "model: none correct",
+                           "samples: none correct"], rows)))
+    if report.stored_search:
+        out.append(("MetaSchedule baselines", f"<p>The searches stored with the corpus "
+                    f"{html.escape(report.stored_search)}, each as far as it was run.</p>"))
+
     rows = []
     for n, per in report.trials_to_match.items():
         for key, m in per.items():

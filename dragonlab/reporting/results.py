@@ -80,6 +80,7 @@ class Ratio:
     workloads: int
     no_correct_kernel: int
     no_search_kernel: int
+    interval: tuple[float, float] | None = field(default=None, metadata=_OPTIONAL)  # bootstrap 95%, over workloads
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,9 @@ class Report:
     models: dict[str, str] = field(default_factory=dict)
     llm: LLMSystem | None = None
     sources: tuple[str, ...] = ()
+    stored_search: str | None = field(default=None, metadata=_OPTIONAL)  # the corpus whose searches were taken
+    # system -> its best-of-k latency / random best-of-k's (k design-space samples), per workload
+    best_of_k_vs_random: dict[str, Ratio] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """report.json's content (JSON types only)."""

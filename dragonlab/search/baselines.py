@@ -40,9 +40,14 @@ class SearchRun:
     traces: list[list | None]
     seconds: float | None  # wall time of the search (None: resumed from a run that did not record it)
     seeded: int = 0  # candidates that came from a model, at the start
+    budget: int | None = None  # the trials it was run to (None: at least any asked for); fewer candidates
+    #                            than its budget: its design space had no more
 
     def best_within(self, trials: int) -> tuple[float, list] | None:
-        """(recorded latency, trace) of the best of the first `trials` candidates."""
+        """(recorded latency, trace) of the best of the first `trials` candidates; None when none
+        of them ran, or the search stopped short of `trials` (a stored search of a smaller budget)."""
+        if self.budget is not None and trials > self.budget:
+            return None
         ok = [(t, tr) for t, tr in zip(self.latencies[:trials], self.traces[:trials]) if t is not None]
         return min(ok, key=lambda x: x[0]) if ok else None
 
@@ -59,14 +64,26 @@ class SearchRun:
 
 def search(workloads: list[Workload], target: str, trials: int, root: str | os.PathLike, *,
            seeds: dict[str, list[tuple[list, tuple[float, ...]]]] | None = None, seed: int = 0,
-           progress: bool = True) -> dict[str, SearchRun]:
+           stored: str | os.PathLike | None = None, progress: bool = True) -> dict[str, SearchRun]:
     """MetaSchedule search on each workload for `trials` measured candidates, into the record
     store `root` (resumes). `seeds[key]`: (plain trace, latencies) of kernels that start the
-    search's database; they are the run's first candidates and count against `trials`."""
+    search's database; they are the run's first candidates and count against `trials`.
+    `stored`: a record store (a corpus with its benchmark's searches) that is read, never
+    written: a workload it finished a search of is taken from there, to the budget it was
+    searched to (`SearchRun.budget`), and not searched again."""
     from dragonlab.search.collect import collect
     from dragonlab.search.config import CollectConfig
 
     spec = get_target(target)
+    out = {}
+    if stored is not None:
+        corpus = RecordStore(stored)
+        budgets = corpus.done()
+        for w in workloads:
+            if budgets.get((w.key, spec.name)):
+                out[w.key] = _run(corpus, w, spec.name, min(trials, budgets[(w.key, spec.name)]), None,
+                                  budget=budgets[(w.key, spec.name)])
+        workloads = [w for w in workloads if w.key not in out]
     store = RecordStore(root, create=True)
     times_file = Path(root) / "seconds.jsonl"
     times = read_times(times_file)
@@ -85,15 +102,21 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
 
     if todo:  # one collection for all: its builder and runner start once, not once per workload
         collect(todo, spec, store, CollectConfig(trials=trials, seed=seed), progress=progress, on_done=finished)
-    out = {}
     for w in workloads:
-        records = store.records(target=spec.name, workload=w.key)
-        records.sort(key=lambda r: (r.source != "model", r.trial if r.trial is not None else -1))
-        records = [r for r in records if r.status != "timeout"][:trials]
-        out[w.key] = SearchRun(w.key, [statistics.median(r.latencies) if r.status == OK else None for r in records],
-                               [r.trace if r.status == OK else None for r in records], times.get(w.key),
-                               sum(r.source == "model" for r in records))
+        out[w.key] = _run(store, w, spec.name, trials, times.get(w.key))
     return out
+
+
+def _run(store: RecordStore, w: Workload, target: str, trials: int, seconds: float | None, *,
+         budget: int | None = None) -> SearchRun:
+    """The first `trials` measured candidates of `w`'s search in `store`, in trial order (a
+    model's seeds first); timeouts say nothing about a schedule and are left out."""
+    records = store.records(target=target, workload=w.key)
+    records.sort(key=lambda r: (r.source != "model", r.trial if r.trial is not None else -1))
+    records = [r for r in records if r.status != "timeout"][:trials]
+    return SearchRun(w.key, [statistics.median(r.latencies) if r.status == OK else None for r in records],
+                     [r.trace if r.status == OK else None for r in records], seconds,
+                     sum(r.source == "model" for r in records), budget)
 
 
 def read_times(path: Path) -> dict[str, float]:

@@ -46,6 +46,29 @@ def test_search_runs_say_their_best_at_a_budget_and_when_they_got_there():
     assert run.trials_to_reach(2.5) == 3 and run.trials_to_reach(0.5) is None
 
 
+def test_a_stored_search_is_read_as_far_as_it_went_and_not_searched_again(tmp_path):
+    from dragonlab.core.workloads import matmul
+    from dragonlab.search import baselines
+    from dragonlab.search.records import OK, TIMEOUT, Record, RecordStore
+
+    w = matmul(m=8, n=8, k=8)
+    corpus = RecordStore(tmp_path / "corpus", create=True)  # a collection to 2 trials, then its search to 4
+    corpus.append([Record(w.key, "cpu", [[f"t{i}"], []], OK, (float(5 - i),), trial=i) for i in (1, 0)])
+    corpus.mark_done(w.key, "cpu", 2)
+    searched = RecordStore(tmp_path / "corpus", shard="search")
+    searched.append([Record(w.key, "cpu", [["t2"], []], TIMEOUT, None, "timed out", trial=2),
+                     Record(w.key, "cpu", [["t3"], []], OK, (1.0,), trial=3),
+                     Record(w.key, "cpu", [["t4"], []], OK, (4.0,), trial=4)])
+    searched.mark_done(w.key, "cpu", 4)
+    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "corpus").iterdir())
+    (run,) = baselines.search([w], "cpu", 8, tmp_path / "mine", stored=tmp_path / "corpus", progress=False).values()
+    assert run.latencies == [5.0, 4.0, 1.0, 4.0] and run.budget == 4  # trial order, the timeout left out
+    assert run.best_within(2) == (4.0, [["t1"], []]) and run.best_within(4) == (1.0, [["t3"], []])
+    assert run.best_within(8) is None  # never searched that far: no kernel at that budget
+    assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "corpus").iterdir()) == before
+    assert not list((tmp_path / "mine").glob("records*"))  # nothing searched here
+
+
 def _attempt(split, index, sample, task, workload, latency, reference=None):
     stage = "ok" if latency else "check"
     e = Evaluation(workload, "cpu", stage, None if latency else "wrong", (),
@@ -68,6 +91,7 @@ def _hand_made_report(rl_vs_sft=None) -> Report:
     base = {"unscheduled": _baseline("unscheduled", {"a": 8.0, "b": 8.0}),
             "metaschedule@2": _baseline("metaschedule@2", {"a": 2.0, "b": None}),
             "metaschedule@4": _baseline("metaschedule@4", {"a": 1.0, "b": 2.0}),
+            "random best-of-2": _baseline("random best-of-2", {"a": 4.0, "b": 4.0}),
             "_search": {"a": {"seconds": 40.0, "latencies": [6.0, 3.0, 2.0, 1.0]},
                         "b": {"seconds": 10.0, "latencies": [None, 4.0, 2.0, 0.5]}}}
     config = ReportConfig(k=2, budgets=(2, 4), p=(1.0, 2.0))
@@ -96,7 +120,22 @@ def test_metrics_on_hand_made_numbers():
     assert r.baselines["metaschedule@4"].speedup_vs_unscheduled.geomean == pytest.approx(math.sqrt(32))
     assert r.best_of_k_curve["m"].points[0].solved == 0.5
     assert [p.geomean_speedup for p in r.turns["m"].points] == [2.0, 4.0, 4.0, 4.0]  # 8/4, 8/2 from turn 1 on
-    assert r.seeded_search is None and set(search_curves(r)) == {"m"}
+    assert r.seeded_search is None and set(search_curves(r)) == {"m", "random best-of-2"}
+    # best-of-2 against 2 random samples: 2/4 on a, 1/4 on b; the interval resamples the two workloads
+    random = r.best_of_k_vs_random["m"]
+    assert random.geomean_latency_ratio == pytest.approx(math.sqrt(0.125)) and random.workloads == 2
+    assert random.interval == (pytest.approx(0.25), pytest.approx(0.5))
+
+
+def test_the_bootstrap_interval_of_a_geomean_is_seeded_and_narrows_with_workloads():
+    from dragonlab.reporting.metrics import geomean_interval
+
+    assert geomean_interval([0.5]) is None
+    few = geomean_interval([0.5, 0.8, 1.1, 0.7])
+    many = geomean_interval([0.5, 0.8, 1.1, 0.7] * 25)
+    assert few == geomean_interval([0.5, 0.8, 1.1, 0.7])  # seeded
+    assert few[0] < many[0] < 0.72 < many[1] < few[1]  # both hold the geomean, 0.752
+    assert many[1] < 0.85  # with 100 workloads it excludes 1
 
 
 def test_the_report_round_trips_through_json_in_report_json_s_shape(tmp_path):
@@ -111,7 +150,8 @@ def test_the_report_round_trips_through_json_in_report_json_s_shape(tmp_path):
     d = json.loads(text)
     assert list(d) == ["config", "paper", "held_out_workloads", "systems", "baselines", "best_of_k",
                        "best_of_k_vs_metaschedule", "trials_to_match", "turns", "best_of_k_curve", "rl_vs_sft",
-                       "audit", "search_seconds", "workload_names", "run", "target", "models", "llm", "sources"]
+                       "audit", "search_seconds", "workload_names", "run", "target", "models", "llm", "sources",
+                       "best_of_k_vs_random"]
     m = d["systems"]["m"]
     assert list(m) == ["summary", "construction", "refinement", "all"] and "speedup_vs_input" not in m["construction"]
     assert m["construction"]["pass@k"] == {"1": 0.75, "2": 1.0} and "geomean correct" in m["all"]["speedup_vs_unscheduled"]
