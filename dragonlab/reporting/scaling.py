@@ -1,0 +1,144 @@
+"""The scaling curve: what more training workloads, and a bigger model, buy on the benchmark.
+
+One point per SFT run (`dragonlab sft`, a `--train-workloads` subset or all of them), read from
+the run directory: its training workloads and model size, and its attempts at a held-out split
+(`dragonlab attempts ... --out RUN/<attempts file>`). A point says
+
+- exact per-attempt correctness, per task: correct, and no decision repaired by TVM;
+- best-of-k speedup: per construction prompt, the fastest correct kernel among its first k
+  attempts over the unscheduled kernel timed in the same run (an incorrect prompt counts 1x:
+  the unscheduled kernel is kept), geomean over prompts with a bootstrap 95% interval.
+
+    points = [scaling.point(run, "attempts-test.jsonl") for run in runs]
+    scaling.figure(points).show()
+
+docs/sft.md has the curve of the standard corpus and the commands that made it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from dragonlab.core.errors import InputError
+from dragonlab.learn.attempts import read_attempts
+from dragonlab.learn.prompts import CONSTRUCTION, TASKS
+from dragonlab.reporting.metrics import geomean, geomean_interval
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    run: str
+    preset: str
+    parameters: int
+    train_workloads: int
+    steps: int
+    attempts: int
+    exact: dict[str, float]  # task -> share of its attempts
+    correct: dict[str, float]
+    cut_short: int  # constrained scripts that ended at a dead end or the token limit
+    k: int  # attempts per construction prompt
+    best_of_k: float | None  # geomean speedup over the unscheduled kernel
+    interval: tuple[float, float] | None
+
+
+def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> ScalingPoint:
+    """The point of the SFT run directory `run`, from its attempts file `attempts` (a name in
+    `run`, or a path)."""
+    from dragonlab.learn import dataset
+    from dragonlab.learn.sft import read_log
+
+    run = Path(run)
+    meta = json.loads((run / "run.json").read_text())
+    config = meta["config"]
+    path = run / attempts
+    if not path.is_file():
+        raise InputError(f"{path}: no attempts file (dragonlab attempts --model {run}/model ... --out {path})")
+    judged = read_attempts(path)
+    if not judged:
+        raise InputError(f"{path}: no attempts in it")
+    workloads = config.get("train_workloads")
+    if workloads is None:
+        dsd, _ = dataset.load(meta["data"])
+        workloads = len(set(dsd["train"]["workload"]))
+    by_prompt = defaultdict(list)
+    for a in sorted(judged, key=lambda a: a.sample):
+        if a.task == CONSTRUCTION:
+            by_prompt[(a.split, a.index)].append(a)
+    k = min((len(v) for v in by_prompt.values()), default=0)
+    speedups = [max((a.evaluation.speedup for a in tries[:k] if a.evaluation.correct and a.evaluation.speedup),
+                    default=1.0) for tries in by_prompt.values()]
+    tasks = [t for t in TASKS if any(a.task == t for a in judged)]
+
+    def share(test) -> dict[str, float]:
+        return {t: sum(test(a) for a in judged if a.task == t) / sum(a.task == t for a in judged) for t in tasks}
+
+    return ScalingPoint(
+        run=str(run), preset=config["preset"], parameters=_parameters(run / "model"), train_workloads=workloads,
+        steps=max((d.get("step", 0) for d in read_log(run / "log.jsonl")), default=0), attempts=len(judged),
+        exact=share(lambda a: a.evaluation.exact), correct=share(lambda a: a.evaluation.correct),
+        cut_short=sum(a.ending in ("dead end", "length") for a in judged), k=k,
+        best_of_k=geomean(speedups), interval=geomean_interval(speedups))
+
+
+def _parameters(model_dir: Path) -> int:
+    """Parameters of a saved model, from its safetensors headers (no weights loaded)."""
+    from safetensors import safe_open
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise InputError(f"{model_dir}: no safetensors weights")
+    total = 0
+    for f in files:
+        with safe_open(f, "np") as weights:
+            for name in weights.keys():
+                n = 1
+                for d in weights.get_slice(name).get_shape():
+                    n *= d
+                total += n
+    return total
+
+
+def figure(points: list[ScalingPoint]):
+    """Exact correctness per task and best-of-k speedup against training workloads, a line per
+    preset (model size)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("exact per-attempt correctness",
+                                                        "best-of-k speedup over the unscheduled kernel"))
+    by_preset = defaultdict(list)
+    for p in sorted(points, key=lambda p: p.train_workloads):
+        by_preset[(p.preset, p.parameters)].append(p)
+    for (preset, params), line in by_preset.items():
+        x = [p.train_workloads for p in line]
+        name = f"{preset} ({params / 1e6:.1f}M)"
+        for task in TASKS:
+            if any(task in p.exact for p in line):
+                fig.add_trace(go.Scatter(x=x, y=[p.exact.get(task) for p in line], mode="lines+markers",
+                                         name=f"{name}, {task}"), row=1, col=1)
+        low = [p.best_of_k - p.interval[0] if p.interval else 0 for p in line]
+        high = [p.interval[1] - p.best_of_k if p.interval else 0 for p in line]
+        fig.add_trace(go.Scatter(x=x, y=[p.best_of_k for p in line], mode="lines+markers", name=f"{name}, best-of-k",
+                                 error_y=dict(type="data", symmetric=False, array=high, arrayminus=low)), row=1, col=2)
+    fig.update_xaxes(type="log", title_text="training workloads")
+    fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1)
+    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_layout(height=420, legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def table(points: list[ScalingPoint]) -> str:
+    """The points as a Markdown table (docs/sft.md)."""
+    rows = ["| run | model | training workloads | steps | attempts | exact (construction / refinement) "
+            "| best-of-k speedup (95% interval) | cut short |", "|---|---|---:|---:|---:|---|---|---:|"]
+    for p in sorted(points, key=lambda p: (p.parameters, p.train_workloads)):
+        exact = " / ".join(f"{p.exact[t]:.1%}" if t in p.exact else "-" for t in TASKS)
+        interval = f" ({p.interval[0]:.2f}-{p.interval[1]:.2f})" if p.interval else ""
+        speed = f"{p.best_of_k:.2f}x{interval}" if p.best_of_k else "-"
+        rows.append(f"| {Path(p.run).name} | {p.preset} ({p.parameters / 1e6:.1f}M) | {p.train_workloads} | "
+                    f"{p.steps} | {p.attempts} | {exact} | {speed} (k={p.k}) | {p.cut_short} |")
+    return "\n".join(rows)

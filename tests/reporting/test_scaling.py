@@ -1,0 +1,39 @@
+"""The scaling curve's points, read from an SFT run directory and its attempts."""
+
+import json
+
+import pytest
+
+from dragonlab.core.errors import InputError
+from dragonlab.evaluation.evaluate import Evaluation
+from dragonlab.learn import models
+from dragonlab.learn.attempts import Attempt
+from dragonlab.reporting import scaling
+
+
+def _attempt(index, sample, task, speedup=None, repairs=()):
+    latencies = (1.0,) * 3 if speedup else None
+    e = Evaluation("w", "cpu", "ok" if speedup else "check", None if speedup else "wrong", repairs, latencies,
+                   speedup if speedup else None)
+    return Attempt("test", index, sample, task, "w", "w", "get C", e, "eos")
+
+
+def test_a_point_reads_the_run_and_scores_its_attempts(tiny, tmp_path):
+    run = tiny[0].out
+    attempts = tmp_path / "attempts.jsonl"
+    rows = [_attempt(0, 0, "construction", 2.0), _attempt(0, 1, "construction", 4.0, repairs=("tile: 3 -> 4",)),
+            _attempt(1, 0, "construction"), _attempt(1, 1, "construction"),
+            _attempt(2, 0, "refinement", 1.5), _attempt(3, 0, "refinement")]
+    attempts.write_text("".join(json.dumps(a.to_json()) + "\n" for a in rows))
+    p = scaling.point(run, attempts)
+    model, _ = models.load(tiny[0].model_dir)
+    assert p.parameters == sum(t.numel() for t in model.parameters()) and p.preset == "scratch-tiny"
+    assert p.train_workloads == 2 and p.steps == 160 and p.attempts == 6 and p.k == 2
+    assert p.exact == {"construction": 0.25, "refinement": 0.5} and p.correct == {"construction": 0.5,
+                                                                                 "refinement": 0.5}
+    assert p.best_of_k == pytest.approx(2.0)  # 4x (repaired, still correct) and 1x (none correct)
+    assert p.interval == (pytest.approx(1.0), pytest.approx(4.0))
+    assert "| run | scratch-tiny (" in scaling.table([p]) and "2.00x (1.00-4.00) (k=2)" in scaling.table([p])
+    assert len(scaling.figure([p]).data) == 3  # exact per task, and best-of-k
+    with pytest.raises(InputError, match="no attempts file"):
+        scaling.point(run, tmp_path / "missing.jsonl")
