@@ -252,10 +252,26 @@ def records_card(args) -> int:
     from dragonlab.core.jsonl import write_atomic
     from dragonlab.search.corpus import card
 
-    text = card(args.store)
+    text = card(args.store, dataset=_dataset_section(args.store))
     write_atomic(args.store / "README.md", text)
     print(f"wrote {args.store / 'README.md'}")
     return 0
+
+
+def _dataset_section(store: Path) -> str:
+    """What `dragonlab dataset build --records STORE` makes of the store, with default settings
+    and the splits of the benchmark beside it (built in memory, not saved)."""
+    from dragonlab.learn import dataset
+    from dragonlab.learn.dataset_config import DatasetConfig
+    from dragonlab.search.benchmark import find
+
+    bench = find(store)
+    workloads, records, sources = dataset.load_records([store])
+    built = dataset.build(workloads, records, DatasetConfig(benchmark=str(bench) if bench else None), sources=sources)
+    split = "the benchmark's splits" if bench else "splits by workload hash"
+    return (f"`dragonlab dataset build --records {store} --out DIR`, default settings and {split}, gives these "
+            "construction and refinement examples (one construction prompt has up to 4 completions, its "
+            "workload's fastest scripts):\n\n" + "\n".join(dataset.split_table(built)))
 
 
 def records_stats(args) -> int:

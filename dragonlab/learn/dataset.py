@@ -417,18 +417,21 @@ def frame(rows_by_split: dict):
     return df
 
 
+def split_table(built: Built) -> list[str]:
+    """The examples per split and task, and the workloads of each split, as Markdown table rows."""
+    counts, workloads = built.counts(), Counter(built.split_of.values())
+    return ["| split | workloads | construction | refinement |", "|---|---|---|---|"] + [
+        f"| {s} | {workloads.get(s, 0)} | {counts[s].get(CONSTRUCTION, 0)} | {counts[s].get(REFINEMENT, 0)} |"
+        for s in SPLITS]
+
+
 def card(built: Built) -> str:
     """The dataset card: what is in it, where it came from, and how it was split."""
     c = built.config
-    counts = built.counts()
     nonempty = [s for s in SPLITS if built.examples[s]]
     files = "".join(f"  - split: {s}\n    path: data/{s}.parquet\n" for s in nonempty)
     header = f"---\nconfigs:\n- config_name: default\n  data_files:\n{files}---\n\n" if nonempty else ""
-    workloads_per_split = Counter(built.split_of.values())
-    table = ["| split | workloads | construction | refinement |", "|---|---|---|---|"]
-    for s in SPLITS:
-        table.append(f"| {s} | {workloads_per_split.get(s, 0)} | {counts[s].get(CONSTRUCTION, 0)} | "
-                     f"{counts[s].get(REFINEMENT, 0)} |")
+    table = split_table(built)
     families = Counter(w.family for w in built.workloads.values())
     targets = sorted({e.target for rows in built.examples.values() for e in rows})
     sources = "\n".join(f"- `{s['path']}`: {s['records']} records ("

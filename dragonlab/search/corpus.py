@@ -31,7 +31,9 @@ def _family(w) -> str:
     return w.family.split("/")[0] if w.family.startswith("model:") else w.family
 
 
-def card(root: str | os.PathLike, *, title: str | None = None) -> str:
+def card(root: str | os.PathLike, *, title: str | None = None, dataset: str | None = None) -> str:
+    """The corpus card (README.md) of the record store `root`; `dataset`: Markdown that says what
+    `dataset build` makes of it (the CLI computes it: datasets are a later stage)."""
     from dragonlab.search.benchmark import find, load
 
     store = RecordStore(root)
@@ -84,6 +86,7 @@ def card(root: str | os.PathLike, *, title: str | None = None) -> str:
                       f"(`records.search.jsonl.gz`): {budgets}. A design space with fewer distinct candidates "
                       f"than the budget ends its search early.")
 
+    dataset_text = f"## Dataset\n\n{dataset}\n\n" if dataset else ""
     files = "\n".join(f"| `{p.name}` | {p.stat().st_size / 1e6:.2f} MB |"
                       for p in sorted(root.iterdir()) if p.is_file() and p.name != "README.md")
     return f"""# {title or root.name}: MetaSchedule search records
@@ -126,7 +129,7 @@ integer inputs (a gather's indices) are left out: random inputs index out of bou
 
 {bench_text}
 
-## Files
+{dataset_text}## Files
 
 | file | size |
 |---|---:|
