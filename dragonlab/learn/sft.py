@@ -214,7 +214,8 @@ def trainer_arguments(config: SFTConfig, checkpoints: Path, *, defaults=None, pr
     return trl.SFTConfig(
         output_dir=str(checkpoints), max_steps=pick("max_steps"),
         per_device_train_batch_size=per_process(pick("batch_size"), "batch_size", processes),
-        learning_rate=pick("learning_rate"), train_sampling_strategy=pick("sampling"), lr_scheduler_type="cosine",
+        learning_rate=pick("learning_rate"), lr_scheduler_type="cosine",
+        train_sampling_strategy=config.sampling or getattr(defaults, "sampling", None) or "random",
         warmup_steps=config.warmup_ratio,
         weight_decay=config.weight_decay, logging_steps=config.logging_steps, save_steps=config.save_steps,
         save_total_limit=2, max_length=config.max_length, completion_only_loss=True, gradient_checkpointing=False,

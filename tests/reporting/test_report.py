@@ -176,7 +176,11 @@ def test_the_page_and_figures_read_a_report():
     assert "round-trip failures: 0" in tables["Audit"] and "/runs/x/report/" in tables["Sources"]
     figs = figures(r)
     search = {t.name: (list(t.x), list(t.y)) for t in figs["search"].data}
-    assert search == {"m": ([2, 4], [pytest.approx(1.0), pytest.approx(1.0)])}
+    assert search == {"m": ([2, 4], [pytest.approx(1.0), pytest.approx(1.0)]),
+                      "random best-of-2": ([2, 4], [pytest.approx(2.0), pytest.approx(math.sqrt(8))])}
+    random = tables["Model best-of-2 vs 2 random design-space samples (geomean latency ratio, bootstrap 95% interval "
+                    "over workloads; < 1: faster than the samples)"]
+    assert "<td>m</td><td>0.354x</td><td>0.25x to 0.5x</td><td>2</td>" in random
     assert [t.name for t in figs["latency"].data][:1] == ["m best-of-k"] and list(figs["latency"].data[0].x) == ["wa", "wb"]
 
 
