@@ -55,8 +55,8 @@ class SFTConfig:
         "help": "train on the examples of this many train workloads, families taken in turn (a point of the "
                 "scaling curve; docs/sft.md); None = all", "range": "> 0"})
     sampling: str | None = field(default=None, metadata={
-        "help": "how batches are drawn: 'random', or 'group_by_length' (examples of similar length together: on "
-                "the standard dataset 3% of a batch is padding instead of 46%); None = the preset's",
+        "help": "how batches are drawn: 'random', or 'group_by_length' (examples of similar length together: "
+                "3% of a batch of the standard dataset is padding instead of 46%); None = the preset's",
         "choices": SAMPLING})
     max_length: int = field(default=2048, metadata={"help": "tokens of prompt + completion; longer ones are dropped"})
     warmup_ratio: float = field(default=0.05, metadata={"help": "share of steps with a rising learning rate",
