@@ -301,13 +301,15 @@ class State:
         return self._counts[method].get(name)
 
 
-def tile_ok(text: str, extent: int, n: int | None, inner: int, most: int = INT_RANGES["tile_n"][1]) -> bool:
+def tile_ok(text: str, extent: int, n: int | None, inner: int, most: int = INT_RANGES["tile_n"][1],
+            sizes: tuple[int, ...] | None = None) -> bool:
     """Whether `text` begins a legal perfect-tile decision `[f1,...,fn]` of a loop of `extent`:
     every factor divides what is left, the product is the extent, the innermost is at most
-    `inner` (when positive), at least two factors and at most `most` (the allowlist's), and
-    exactly `n` when `n` is given. The empty text begins one if any exists."""
+    `inner` (when positive), at least two factors and at most `most` (the allowlist's), one of
+    `sizes` factors when given, and exactly `n` when `n` is given. The empty text begins one
+    if any exists."""
     if not text.startswith("["):
-        return text == "" and tile_ok("[", extent, n, inner, most)
+        return text == "" and tile_ok("[", extent, n, inner, most, sizes)
     closed = text.endswith("]")
     items = text[1:-1 if closed else None].split(",")
     if not all(s.isdigit() and not s.startswith("0") for s in items[:-1]):
@@ -320,7 +322,7 @@ def tile_ok(text: str, extent: int, n: int | None, inner: int, most: int = INT_R
         left //= f
     last = items[-1]
     done = len(items) - 1  # complete factors before the last item
-    counts = range(2, most + 1) if n is None else [n] if 2 <= n <= most else []  # factors in all
+    counts = [c for c in range(2, most + 1) if (n is None or c == n) and (sizes is None or c in sizes)]
     if closed:
         if not (last.isdigit() and not last.startswith("0")):
             return False

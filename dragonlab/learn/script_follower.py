@@ -34,10 +34,17 @@ import re
 
 from dragonlab.core import allowlist
 from dragonlab.core.allowlist import ANNOTATIONS, POSTPROC_ANNOTATIONS, refusal
-from dragonlab.core.codec import BY_MNEMONIC, KEY_ALIASES, LineReader, ScriptSyntaxError
+from dragonlab.core.codec import BY_MNEMONIC, KEY_ALIASES, LineReader, ScriptSyntaxError, encode
 from dragonlab.learn.schedule_oracle import TAKES, Replayer, State, tile_ok
 
 _SAMPLING = {"tile", "ptile", "cat", "loc"}  # the kinds that carry a decision
+# How MetaSchedule's llvm rules tile: multi-level tiling (SSRSRS) samples 4 factors for a spatial
+# loop and 2 for a reduction, rfactor 2, and each `split` follows the tile of its loop at once, by
+# exactly the tile's factors. All 25,228 splits of the standard corpus's design parts do (and
+# its 25,228 tiles have 2 or 4 factors). A constrained llvm script keeps to that shape: a split
+# by other factors (`split l4 v7..10 22 22 1 v7`) is one no search would measure, and one such
+# kernel ran past the evaluator's time limit.
+_LLVM_TILE_SIZES = (2, 4)
 # Kinds whose output count depends on the workload, and how to count on a copy of the schedule.
 _COUNTS = {"loops": "get_loops", "children": "get_child_blocks", "producers": "get_producers",
            "consumers": "get_consumers", "output_blocks": "get_output_blocks"}
@@ -88,6 +95,7 @@ class ScriptFollower:
         self._locations: dict = {}
         self._starts: dict = {}
         self._applies_cache: dict = {}
+        self._due: dict = {}  # state serial -> the split a tile calls for
 
     def allows(self, piece: str) -> bool:
         if not piece or not set(piece) <= PRINTABLE:
@@ -114,7 +122,10 @@ class ScriptFollower:
         self.open += rest
 
     def can_end(self) -> bool:
-        return self.open == "" or self._after(self.state, self.open) is not None
+        if self.open == "":
+            return self._split_due(self.state) is None  # a tile is followed by its split
+        after = self._after(self.state, self.open)
+        return after is not None and self._split_due(after) is None
 
     def end(self, how: str) -> None:
         """The script ended: "eos" (the model ended it), "dead end" or "length"."""
@@ -167,6 +178,9 @@ class ScriptFollower:
         the line ends here (and will be applied), so only the checks of what it holds count."""
         if line == "":
             return True
+        due = self._split_due(state)
+        if due is not None:  # nothing but the tile's split, as MetaSchedule writes it
+            return line == due if complete else due.startswith(line)
         reader = _Reader(state)  # its own: the checks below read other lines
         try:
             reader.read(line, open_end=True)
@@ -178,6 +192,8 @@ class ScriptFollower:
             return complete or any(self._can_start(state, m) for m in BY_MNEMONIC if m.startswith(word))
         if not allowlist.writes(kind.name, self.target_kind):
             return False  # the evaluator refuses it unapplied
+        if kind.mnemonic == "split" and self._rule_shaped(state):
+            return False  # only as the tile's split (`_split_due`, above)
         open_value = reader.written - 1 if reader.value_end == len(line) else None
         if not self._values_ok(state, kind, reader.values[:reader.written], open_value):
             return False
@@ -285,6 +301,8 @@ class ScriptFollower:
             first = state.annotated if mnemonic == "unann" else state.usable[takes[0]] if takes else ()
             if not allowlist.writes(kind.name, self.target_kind):
                 self._starts[key] = False  # the evaluator refuses it unapplied
+            elif mnemonic == "split" and self._rule_shaped(state):
+                self._starts[key] = False  # only right after a tile (`_split_due`)
             elif kind.params and kind.params[0].type == "rv" and not first:
                 self._starts[key] = False  # nothing it could name
             elif mnemonic == "loc":
@@ -295,6 +313,23 @@ class ScriptFollower:
                 self._starts[key] = not kind.params or not self._deciding(kind, 0) \
                     or self._some_completion_applies(state, kind, 0, mnemonic, "")
         return self._starts[key]
+
+    def _rule_shaped(self, state: State) -> bool:
+        """Whether tiles and splits keep to the shape of MetaSchedule's llvm rules here: in an
+        llvm design part (post-processors write splits of their own)."""
+        return self.target_kind == "llvm" and not state.after_postproc
+
+    def _split_due(self, state: State) -> str | None:
+        """On llvm, after a tile: the line that must come next, the split of its loop by its
+        factors as the codec writes it (`_LLVM_TILE_SIZES`); otherwise None."""
+        if not self._rule_shaped(state) or not state.insts or state.insts[-1][0] != "SamplePerfectTile":
+            return None
+        if state.serial not in self._due:
+            _, (loop,), _, factors = state.insts[-1]
+            loops = [f"l{state.count + i}" for i in range(len(factors))]  # TVM's numbering
+            split = ["Split", [loop, *factors], [True, False], loops]
+            self._due[state.serial] = encode([state.insts + [split], state.decisions]).splitlines()[-1]
+        return self._due[state.serial]
 
     def _cacheable(self, state: State, kind, block: str) -> bool:
         """Whether `cache_read`/`cache_write` of `block` applies with one of the likeliest buffer
@@ -369,7 +404,8 @@ class ScriptFollower:
             n = values[2] if isinstance(values[2], int) and not isinstance(values[2], bool) else None
             inner = values[1] if isinstance(values[1], int) else 0
             extent = state.extent(values[0])
-            return extent is None or tile_ok(text, extent, n, inner)
+            sizes = _LLVM_TILE_SIZES if self._rule_shaped(state) else None
+            return extent is None or tile_ok(text, extent, n, inner, sizes=sizes)
         if mnemonic == "cat":
             size = len(values[0]) if isinstance(values[0], list) else 0
             return _int_prefix_of(text, range(size))
@@ -427,8 +463,7 @@ class ScriptFollower:
         name = _NAME_OR_RUN.fullmatch(text)
         return "None".startswith(text) or bool(name) and any(v.startswith(name[1]) for v in state.usable["v"])
 
-    @staticmethod
-    def _tile_feasible(state: State, values: list, open_value: int | None) -> bool:
+    def _tile_feasible(self, state: State, values: list, open_value: int | None) -> bool:
         """Whether a tile whose factor count is written (maybe still open) has a decision:
         n = 1 leaves one factor, the extent, which must not exceed the innermost bound."""
         extent, inner, n = state.extent(values[0]), values[1], values[2]
@@ -436,7 +471,8 @@ class ScriptFollower:
             return True
         counts = [c for c in range(1, allowlist.INT_RANGES["tile_n"][1] + 1)
                   if str(c).startswith(str(n)) and (open_value == 2 or c == n)]
-        return any(tile_ok("[", extent, c, inner) for c in counts)
+        sizes = _LLVM_TILE_SIZES if self._rule_shaped(state) else None
+        return any(tile_ok("[", extent, c, inner, sizes=sizes) for c in counts)
 
     def _valid_locations(self, state: State, block: str) -> list[int]:
         """The compute locations TVM keeps for `block`: -2 (root), -1 (inline), or the index

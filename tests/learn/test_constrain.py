@@ -56,13 +56,25 @@ def test_scripts_that_search_wrote_are_never_refused(corpus, data):
     assert replayer.crashes == 0
 
 
+MATMUL_PREFIX = "get C\nget root\nloops b0 >3\ntile l2 =[4,16]\nsplit l2 v5 v6"
+
+
 @pytest.fixture(scope="module")
 def matmul_follower():
     """A follower on a 64x64x64 matmul after `get C`, `get root`, `loops b0 >3`, a tile and its split."""
     follower = ScriptFollower(trace_corpus.matmul(64))
-    assert feed(follower, "get C\nget root\nloops b0 >3\ntile l2 =[4,16]\nsplit l2 v5 v6") is None
+    assert feed(follower, MATMUL_PREFIX) is None
     yield follower
     follower.replayer.close()
+
+
+@pytest.fixture(scope="module")
+def split_follower(matmul_follower):
+    """The same after `postproc`: in an llvm design part a split only follows its tile (below);
+    in the post-processing part the factors' own checks decide."""
+    follower = ScriptFollower(trace_corpus.matmul(64), matmul_follower.replayer)
+    assert feed(follower, MATMUL_PREFIX + "\npostproc") is None
+    return follower
 
 
 @pytest.mark.parametrize("piece, as_prefix", [
@@ -136,17 +148,37 @@ def matmul_follower():
     ("cache_write b0 5", True),       # C writes one buffer: index 0
     ("cache_write b0 0 global [6", True),  # consumers are block variables
 ])
-def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower, piece, as_prefix):
-    assert not matmul_follower.allows(piece + "\n")
-    assert matmul_follower.allows(piece) != as_prefix
+def test_follower_refuses_what_cannot_apply_or_would_be_repaired(matmul_follower, split_follower, piece, as_prefix):
+    follower = split_follower if piece.startswith("split") else matmul_follower
+    assert not follower.allows(piece + "\n")
+    assert follower.allows(piece) != as_prefix
 
 
 @pytest.mark.parametrize("piece", ["loops b0", "split l3 4 16 ;", "split l3 v5 None", "split l3 v5 v6",
-                                   "tile l3 =[", "tile l3 =[2,", "tile l3 =[2,2,16]", "tile l3 =[1,6",
+                                   "tile l3 =[", "tile l3 =[2,", "tile l3 =[2,2,4,4]", "tile l3 =[1,6",
                                    "cat [1,2,3] =2", "par l7", "ann b0 par 4", "vec l8", "fuse l7 l8", "get roo",
                                    "reorder l7..", "cache_write b0 0 glob", "cache_write b0 0 global [b"])
-def test_follower_allows_what_can_still_apply(matmul_follower, piece):
-    assert matmul_follower.allows(piece)
+def test_follower_allows_what_can_still_apply(matmul_follower, split_follower, piece):
+    assert (split_follower if piece.startswith("split") else matmul_follower).allows(piece)
+
+
+def test_an_llvm_design_part_tiles_and_splits_as_metaschedule_does():
+    """2 or 4 factors, and right after a tile, its loop's split by exactly those factors, as the
+    codec writes it; no split anywhere else (post-processing aside)."""
+    follower = ScriptFollower(trace_corpus.matmul(64))
+    try:
+        assert feed(follower, "get C\nloops b0 >3\n") is None
+        assert not follower.allows("tile l1 =[2,2,16]\n") and not follower.allows("tile l1 =[1,1,1,4,16]\n")
+        assert follower.allows("tile l1 =[2,32]\n") and follower.allows("tile l1 =[1,2,2,16]\n")
+        assert not follower.allows("split l1 v4 v5\n")  # no tile yet
+        follower.advance("tile l1 =[4,16]\n")
+        assert not follower.can_end() and not follower.allows("ann b0 par 32\n")  # the split comes first
+        assert not follower.allows("split l1 v4 16\n") and not follower.allows("split l1 v5 v4\n")
+        assert follower.allows("spl") and follower.allows("split l1 v4 v5\nann b0 par 32\n")
+        follower.advance("split l1 v4 v5\n")
+        assert follower.can_end() and not follower.allows("split l1")
+    finally:
+        follower.replayer.close()
 
 
 def test_a_compute_location_is_one_tvm_keeps():
@@ -269,9 +301,10 @@ def test_training_modules_import_no_tvm():
 
 def test_a_sampled_value_of_zero_is_no_split_factor():
     """A categorical's value can be 0 (MetaSchedule's unroll steps begin with it): as a split factor
-    it splits nothing, and the follower says so instead of dividing by it."""
+    it splits nothing, and the follower says so instead of dividing by it. (After `postproc`: in an
+    llvm design part no split but a tile's own is written at all.)"""
     follower = ScriptFollower(trace_corpus.matmul(64))
-    assert feed(follower, "get C\nget root\nloops b0 >3\ncat [0,16] =0") is None
+    assert feed(follower, "get C\nget root\nloops b0 >3\ncat [0,16] =0\npostproc") is None
     assert not follower.allows("split l2 v5 ")
     assert not follower.allows("split l2 1 1 1 1 1 1 v5 v")
     follower.replayer.close()
