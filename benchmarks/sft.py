@@ -2,6 +2,11 @@
 measured in the same run.
 
     .venv/bin/python benchmarks/sft.py --data runs/demo/dataset [--presets scratch-tiny scratch-small smollm2-135m-lora]
+    .venv/bin/python benchmarks/sft.py --data DATASET --sampling-epoch 30 [--presets scratch-small]
+
+`--sampling-epoch N`: one epoch over the examples of N training workloads (`--train-workloads`),
+once with batches drawn at random and once grouped by length: the same examples, each seen
+once, so the two wall times are over equal work; prints both and their ratio.
 
 Training: `dragonlab.learn.sft.train` (trl's SFTTrainer, loss on completions) for `--steps` steps,
 against a plain torch loop (AdamW, the same model, batch size and examples, padded batches,
@@ -63,6 +68,26 @@ def generation_rate(model, tokenizer, prompts: list[str], batch: int, new_tokens
     return generated / seconds
 
 
+def epoch_seconds(data: str, preset: str, workloads: int, batch: int, sampling: str) -> tuple[float, int]:
+    """(training seconds, steps) of one epoch over the examples of `workloads` train workloads."""
+    train_rows = dataset.spread_workloads(dataset.load(data)[0]["train"], workloads)
+    steps = -(-len(train_rows) // batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = train(data, f"{tmp}/run", SFTConfig(preset=preset, max_steps=steps, batch_size=batch, max_length=4096,
+                                                   train_workloads=workloads, sampling=sampling,
+                                                   logging_steps=steps, save_steps=10 * steps), progress=False)
+    return next(d["train_runtime"] for d in run.log if "train_runtime" in d), steps
+
+
+def sampling_epochs(args) -> int:
+    for preset in args.presets:
+        (grouped, steps), (random, _) = (epoch_seconds(args.data, preset, args.sampling_epoch, args.batch, s)
+                                         for s in ("group_by_length", "random"))
+        print(f"{preset:<18} one epoch of {args.sampling_epoch} workloads ({steps} steps of {args.batch}): "
+              f"grouped by length {grouped:7.1f} s, random {random:7.1f} s: {random / grouped:.2f}x", flush=True)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default="runs/demo/dataset", help="a directory written by `dataset build`")
@@ -70,10 +95,14 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--sampling-epoch", type=int, default=None, metavar="N",
+                   help="instead: one epoch of N workloads' examples, grouped by length against random batches")
     fair.add_load_argument(p)
     args = p.parse_args()
     fair.machine(args.allow_contended)
     torch.set_num_threads(1)
+    if args.sampling_epoch:
+        return sampling_epochs(args)
     dsd, _ = dataset.load(args.data)
     rows = dsd["train"].to_list()
     texts = [r["prompt"] + r["completion"] for r in rows]
