@@ -319,6 +319,10 @@ class ScriptFollower:
         llvm design part (post-processors write splits of their own)."""
         return self.target_kind == "llvm" and not state.after_postproc
 
+    def _tile_sizes(self, state: State) -> tuple[int, ...] | None:
+        """The factor counts a tile may have here (None: any the allowlist takes)."""
+        return _LLVM_TILE_SIZES if self._rule_shaped(state) else None
+
     def _split_due(self, state: State) -> str | None:
         """On llvm, after a tile: the line that must come next, the split of its loop by its
         factors as the codec writes it (`_LLVM_TILE_SIZES`); otherwise None."""
@@ -404,8 +408,7 @@ class ScriptFollower:
             n = values[2] if isinstance(values[2], int) and not isinstance(values[2], bool) else None
             inner = values[1] if isinstance(values[1], int) else 0
             extent = state.extent(values[0])
-            sizes = _LLVM_TILE_SIZES if self._rule_shaped(state) else None
-            return extent is None or tile_ok(text, extent, n, inner, sizes=sizes)
+            return extent is None or tile_ok(text, extent, n, inner, sizes=self._tile_sizes(state))
         if mnemonic == "cat":
             size = len(values[0]) if isinstance(values[0], list) else 0
             return _int_prefix_of(text, range(size))
@@ -471,8 +474,7 @@ class ScriptFollower:
             return True
         counts = [c for c in range(1, allowlist.INT_RANGES["tile_n"][1] + 1)
                   if str(c).startswith(str(n)) and (open_value == 2 or c == n)]
-        sizes = _LLVM_TILE_SIZES if self._rule_shaped(state) else None
-        return any(tile_ok("[", extent, c, inner, sizes=sizes) for c in counts)
+        return any(tile_ok("[", extent, c, inner, sizes=self._tile_sizes(state)) for c in counts)
 
     def _valid_locations(self, state: State, block: str) -> list[int]:
         """The compute locations TVM keeps for `block`: -2 (root), -1 (inline), or the index

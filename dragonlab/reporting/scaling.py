@@ -18,13 +18,14 @@ docs/sft.md has the curve of the standard corpus and the commands that made it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from dragonlab.core.errors import InputError
-from dragonlab.learn.attempts import read_attempts
+from dragonlab.learn.attempts import read_attempts, summary
 from dragonlab.learn.prompts import CONSTRUCTION, TASKS
 from dragonlab.reporting.metrics import geomean, geomean_interval
 
@@ -69,19 +70,17 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
         if a.task == CONSTRUCTION:
             by_prompt[(a.split, a.index)].append(a)
     k = min((len(v) for v in by_prompt.values()), default=0)
-    speedups = [max((a.evaluation.speedup for a in tries[:k] if a.evaluation.correct and a.evaluation.speedup),
-                    default=1.0) for tries in by_prompt.values()]
-    tasks = [t for t in TASKS if any(a.task == t for a in judged)]
-
-    def share(test) -> dict[str, float]:
-        return {t: sum(test(a) for a in judged if a.task == t) / sum(a.task == t for a in judged) for t in tasks}
-
+    # a prompt with no correct kernel keeps the unscheduled one: 1x
+    counted = [max((a.evaluation.speedup for a in tries[:k] if a.evaluation.correct and a.evaluation.speedup),
+                   default=1.0) for tries in by_prompt.values()]
+    rows = {r["task"]: r for r in summary(judged)}
+    tasks = [t for t in TASKS if t in rows]
     return ScalingPoint(
         run=str(run), preset=config["preset"], parameters=_parameters(run / "model"), train_workloads=workloads,
         steps=max((d.get("step", 0) for d in read_log(run / "log.jsonl")), default=0), attempts=len(judged),
-        exact=share(lambda a: a.evaluation.exact), correct=share(lambda a: a.evaluation.correct),
-        cut_short=sum(a.ending in ("dead end", "length") for a in judged), k=k,
-        best_of_k=geomean(speedups), interval=geomean_interval(speedups))
+        exact={t: rows[t]["exact"] for t in tasks}, correct={t: rows[t]["correct"] for t in tasks},
+        cut_short=rows["all"]["dead_ends"] + rows["all"]["cut_at_length"], k=k,
+        best_of_k=geomean(counted), interval=geomean_interval(counted))
 
 
 def _parameters(model_dir: Path) -> int:
@@ -94,11 +93,7 @@ def _parameters(model_dir: Path) -> int:
     total = 0
     for f in files:
         with safe_open(f, "np") as weights:
-            for name in weights.keys():
-                n = 1
-                for d in weights.get_slice(name).get_shape():
-                    n *= d
-                total += n
+            total += sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
     return total
 
 

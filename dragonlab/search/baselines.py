@@ -79,9 +79,10 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
     if stored is not None:
         corpus = RecordStore(stored)
         budgets = corpus.done()
+        records = _by_workload(corpus, spec.name)  # read once: a corpus holds thousands
         for w in workloads:
             if budgets.get((w.key, spec.name)):
-                out[w.key] = _run(corpus, w, spec.name, min(trials, budgets[(w.key, spec.name)]), None,
+                out[w.key] = _run(records.get(w.key, []), w.key, min(trials, budgets[(w.key, spec.name)]), None,
                                   budget=budgets[(w.key, spec.name)])
         workloads = [w for w in workloads if w.key not in out]
     store = RecordStore(root, create=True)
@@ -102,19 +103,26 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
 
     if todo:  # one collection for all: its builder and runner start once, not once per workload
         collect(todo, spec, store, CollectConfig(trials=trials, seed=seed), progress=progress, on_done=finished)
+    records = _by_workload(store, spec.name)
     for w in workloads:
-        out[w.key] = _run(store, w, spec.name, trials, times.get(w.key))
+        out[w.key] = _run(records.get(w.key, []), w.key, trials, times.get(w.key))
     return out
 
 
-def _run(store: RecordStore, w: Workload, target: str, trials: int, seconds: float | None, *,
+def _by_workload(store: RecordStore, target: str) -> dict[str, list[Record]]:
+    grouped: dict[str, list[Record]] = {}
+    for r in store.records(target=target):
+        grouped.setdefault(r.workload, []).append(r)
+    return grouped
+
+
+def _run(records: list[Record], key: str, trials: int, seconds: float | None, *,
          budget: int | None = None) -> SearchRun:
-    """The first `trials` measured candidates of `w`'s search in `store`, in trial order (a
-    model's seeds first); timeouts say nothing about a schedule and are left out."""
-    records = store.records(target=target, workload=w.key)
-    records.sort(key=lambda r: (r.source != "model", r.trial if r.trial is not None else -1))
+    """The first `trials` measured candidates of a workload's search (its `records`), in trial
+    order (a model's seeds first); timeouts say nothing about a schedule and are left out."""
+    records = sorted(records, key=lambda r: (r.source != "model", r.trial if r.trial is not None else -1))
     records = [r for r in records if r.status != "timeout"][:trials]
-    return SearchRun(w.key, [statistics.median(r.latencies) if r.status == OK else None for r in records],
+    return SearchRun(key, [statistics.median(r.latencies) if r.status == OK else None for r in records],
                      [r.trace if r.status == OK else None for r in records], seconds,
                      sum(r.source == "model" for r in records), budget)
 
