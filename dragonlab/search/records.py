@@ -179,9 +179,8 @@ class RecordStore:
         paths = [p for stem in ("workloads", "records", "progress", "collection") for p in self.files(stem)]
         paths = [p for p in paths if p.suffix == ".jsonl" and (names is None or p.name in names
                                                                 or p.name == "workloads.jsonl")]
-        taken = [p for p in paths if p.with_name(p.name + ".gz").exists()]
-        if part or taken:
-            moved = taken if not part else [p for p in paths if p.name != "workloads.jsonl" or p in taken]
+        moved = [p for p in paths if p.with_name(p.name + ".gz").exists() or part and p.name != "workloads.jsonl"]
+        if moved:
             n = 1 + max((int(m) for p in moved for q in self.root.glob(f"{p.name[:-len('.jsonl')]}.part*.jsonl*")
                          for m in [q.name.rsplit(".part", 1)[1].split(".")[0]] if m.isdigit()), default=0)
             paths = [p.rename(p.with_name(f"{p.name[:-len('.jsonl')]}.part{n}.jsonl")) if p in moved else p
