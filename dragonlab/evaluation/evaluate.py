@@ -46,6 +46,7 @@ import statistics
 import tempfile
 import threading
 import uuid
+import weakref
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -134,6 +135,8 @@ class Evaluator:
         self.rpc = (make_runner("rpc", config.measure, tracker=config.tracker, key=config.key)
                     if config.runner == "rpc" else None)
         self._dir = Path(tempfile.mkdtemp(prefix="dragonlab-eval-"))
+        # removed by close(), or at the latest when the evaluator is collected or Python exits
+        self._remove_dir = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         self._cache: OrderedDict[tuple, tuple[Evaluation, Evaluation | None]] = OrderedDict()  # (as measured, against the unscheduled kernel)
         self._references: dict[str, float | None] = {}
         self.timing_lock = threading.Lock()
@@ -283,7 +286,7 @@ class Evaluator:
         self.pool.close()
         self.kernels.close()
         self.timer.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._remove_dir()
 
     def __enter__(self) -> "Evaluator":
         return self
