@@ -23,9 +23,9 @@ def add_tune(sub, name: str, help: str):
                             "tuning tasks, let the model write --attempts scripts per task (judged by the evaluator; "
                             "the fastest correct kernel per task goes into a JSONDatabase; tasks without one keep "
                             "TVM's default schedule), build the network with it, check its outputs against PyTorch "
-                            "on fresh random inputs and time it, beside the untuned build and MetaSchedule at the "
-                            "model's measurements and at --budget. Writes OUT/tune.json and OUT/tune.html; "
-                            "rerunning the same command resumes.")
+                            "on fresh random inputs and time it, beside the untuned build and MetaSchedule's "
+                            "tune_relax with the model's number of measurements and with --budget. Writes "
+                            "OUT/tune.json and OUT/tune.html; rerunning the same command resumes.")
     c.add_argument("--model", required=True, metavar="FILE.py:FUNCTION",
                    help="FUNCTION() returns (torch.nn.Module, example_inputs)")
     c.add_argument("--dragon", type=Path, required=True,

@@ -14,7 +14,8 @@ class TuneConfig:
     attempts: int = field(default=8, metadata={"help": "scripts the model writes for each task (its measurements)",
                                                "range": "> 0"})
     budget: int | None = field(default=None, metadata={
-        "help": "MetaSchedule's larger budget, in trials per task; None = 10 x attempts", "range": "> 0"})
+        "help": "tune_relax's larger budget, in measurements over the whole network; None = 10 x the model's",
+        "range": "> 0"})
     constrained: bool = field(default=True, metadata={"help": "constrained decoding: every script decodes and applies"})
     temperature: float = field(default=0.8, metadata={"help": "sampling temperature; 0 = greedy", "range": ">= 0"})
     max_new_tokens: int = field(default=768, metadata={"help": "tokens per script, at most", "range": "> 0"})
@@ -28,7 +29,7 @@ class TuneConfig:
     def __post_init__(self):
         fields.check(self)
 
-    @property
-    def search_budgets(self) -> tuple[int, int]:
-        """MetaSchedule's two budgets per task: the model's measurements, and the larger one."""
-        return self.attempts, self.budget or 10 * self.attempts
+    def search_budgets(self, tasks: int) -> tuple[int, int]:
+        """tune_relax's two budgets for a network of `tasks` tasks: the model's measurements, and
+        the larger one."""
+        return tasks * self.attempts, self.budget or 10 * tasks * self.attempts

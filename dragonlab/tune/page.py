@@ -12,7 +12,8 @@ import plotly.graph_objects as go
 from dragonlab.core.jsonl import read_json, write_atomic
 from dragonlab.reporting.report_html import fmt, table
 from dragonlab.reporting.widgets import Candidate
-from dragonlab.tune.tuning import DRAGON, UNTUNED, TuneResult, metaschedule
+from dragonlab.tune.config import TuneConfig
+from dragonlab.tune.tuning import DRAGON, UNTUNED, TuneResult, tune_relax
 
 
 def network_rows(result: TuneResult) -> list[dict]:
@@ -36,8 +37,8 @@ def task_rows(result: TuneResult) -> list[dict]:
 
 def goals(result: TuneResult) -> list[str]:
     """The model's build against MetaSchedule's at equal measurements and at the larger budget."""
-    small, large = (metaschedule(n) for n in (result.config["attempts"],
-                                              result.config["budget"] or 10 * result.config["attempts"]))
+    small, large = (tune_relax(n) for n in TuneConfig(attempts=result.config["attempts"],
+                                                      budget=result.config["budget"]).search_budgets(len(result.tasks)))
     lines = []
     for other, bound, words in ((small, 1.0, "at least as fast as"), (large, 1.1, "within 10% of")):
         r = result.ratio(DRAGON, other)

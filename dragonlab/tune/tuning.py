@@ -5,10 +5,11 @@ For each tuning task of the network (MetaSchedule's own extraction, with its wei
 1. **dragon**: the model writes `attempts` scripts (constrained decoding by default), the
    evaluator judges each one, and the fastest correct kernel is the task's schedule. A task
    with no correct attempt keeps TVM's default schedule; the result names it.
-2. **metaschedule@K, metaschedule@10K**: MetaSchedule's evolutionary search on each task (the
-   search `tune_relax` runs per task, every candidate kept), with the model's number of
-   measurements per task and with `budget` (10x by default). Each task gets the same budget,
-   as each task gets the same number of attempts from the model.
+2. **tune_relax@N, tune_relax@10N**: MetaSchedule's `tune_relax` on the whole network, with as
+   many measurements in all as the model made (N: tasks x attempts) and with `budget` (10N by
+   default). Its gradient task scheduler shares them out over the tasks after one round of
+   `attempts` trials each; it builds and times with collection's builder and runner, and its
+   JSONDatabase keeps every measured candidate.
 3. Every chosen kernel is timed again by one evaluator, beside the unscheduled kernel, so the
    per-task latencies compare.
 4. Each system's kernels go into a MetaSchedule JSONDatabase (`databases/<system>/`: the design
@@ -24,6 +25,7 @@ resumes after a kill.
 
 from __future__ import annotations
 
+import logging
 import math
 import shutil
 import statistics
@@ -51,8 +53,9 @@ SPLIT = "tune"  # the attempts' split name
 BUILD_SEC = 600.0  # limit for writing a database or building the whole network (a kernel's is EvalConfig's)
 
 
-def metaschedule(trials: int) -> str:
-    return f"metaschedule@{trials}"
+def tune_relax(trials: int) -> str:
+    """The name of MetaSchedule's `tune_relax` run with `trials` measurements over the network."""
+    return f"tune_relax@{trials}"
 
 
 @dataclass(frozen=True)
@@ -134,19 +137,17 @@ def tune(network: Network, out, *, dragon, target: str = "cpu", config: TuneConf
     if not workloads:
         raise InputError(f"{network.name}: TVM extracts no tuning task from it")
     claim(out, config, dragon, network=network.name, target=spec.name, tasks=[w.key for w in workloads])
-    small, large = config.search_budgets
     with Evaluator(spec, EvalConfig(measure=config.measure, seed=config.seed)) as evaluator:
         attempts, dragon_seconds = _dragon(workloads, spec, out, dragon, evaluator, config, progress)
-        searches = {n: _search(workloads, spec, out / f"search-{n}", n, config.seed, progress) for n in (small, large)}
         chosen = {DRAGON: _best_attempts(attempts)}
-        for n, runs in searches.items():
-            chosen[metaschedule(n)] = {key: best[1] for key, run in runs.items() if (best := run.best_within(n))}
+        seconds, measurements = {DRAGON: dragon_seconds}, {DRAGON: len(attempts)}
+        for n in config.search_budgets(len(workloads)):
+            system = tune_relax(n)
+            chosen[system], measurements[system], seconds[system] = _tune_relax(
+                network, workloads, spec, out / system.replace("@", "-"), n, config, progress)
         write_atomic(out / "chosen.json", _dumps({system: {key: encode(plain) for key, plain in kernels.items()}
                                                   for system, kernels in chosen.items()}))
         tasks = _retime(workloads, chosen, attempts, evaluator, out / "tasks.json", progress)
-        seconds = {DRAGON: dragon_seconds, **{metaschedule(n): _search_seconds(runs) for n, runs in searches.items()}}
-        measurements = {DRAGON: len(attempts), **{metaschedule(n): sum(len(run.latencies) for run in runs.values())
-                                                 for n, runs in searches.items()}}
         data = out / "network.npz"
         if not data.exists():
             reference_data(network, data, checks=config.checks, seed=config.seed, target=spec.tvm())
@@ -207,15 +208,58 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
     return [a for a in read_attempts(path) if a.split == SPLIT], seconds.get(DRAGON)
 
 
-def _search(workloads: list[Workload], spec, root: Path, trials: int, seed: int, progress: bool) -> dict:
-    from dragonlab.search.baselines import search
+def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, trials: int, config: TuneConfig,
+                progress: bool) -> tuple[dict[str, list], int, float | None]:
+    """MetaSchedule's `tune_relax` on the network with `trials` measurements in all, into `root`
+    (its work directory: the JSONDatabase of every measured candidate, and its logs). Returns,
+    per task, the plain trace of its fastest kernel (a task none of whose candidates ran has none),
+    the candidates measured, and the wall time. The search does not resume: a run killed during
+    it starts that search again, in a fresh directory renamed to `root` when it is done."""
+    import tvm.s_tir.meta_schedule as ms
+    from tvm import relax
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-    return search(workloads, spec.name, trials, root, seed=seed, progress=progress)
+    from dragonlab.core.codec import to_plain
+    from dragonlab.search.measure import PooledBuilder, make_runner
+    from dragonlab.search.records import MS_FAILURE_SECS
 
+    @derived_object
+    class Counter(PyMeasureCallback):  # moves the progress bar by each batch measured
+        def __init__(self, bar):
+            super().__init__()
+            self.bar = bar
 
-def _search_seconds(runs: dict) -> float | None:
-    seconds = [run.seconds for run in runs.values()]
-    return None if any(s is None for s in seconds) else sum(seconds)
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+            self.bar.update(len(runner_results))
+
+    if not root.is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+        target = spec.tvm()
+        with target:
+            mod = relax.get_pipeline("zero")(network.mod)  # lowered as `network_workloads` lowers it
+        # MetaSchedule's console log repeats every round; its per-task logs stay in root/logs.
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+        builder, runner = PooledBuilder(), make_runner("local", config.measure)
+        start = time.monotonic()
+        try:
+            with progress_bar(total=trials, unit="cand", desc=f"{network.name} {root.name}", progress=progress) as bar:
+                ms.relax_integration.tune_relax(
+                    mod, {}, target, str(tmp), max_trials_global=trials, num_trials_per_iter=config.attempts,
+                    builder=builder, runner=runner, seed=config.seed,
+                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), Counter(bar)])
+            write_atomic(tmp / "seconds.json", _dumps({"seconds": time.monotonic() - start}))
+            tmp.rename(root)
+        finally:
+            builder.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+    db = ms.database.JSONDatabase(work_dir=str(root), allow_missing=False)
+    target, best = spec.tvm(), {}
+    for w in workloads:
+        record = db.query_tuning_record(w.mod, target, "main")
+        if record is not None and statistics.mean(float(t) for t in record.run_secs) < MS_FAILURE_SECS:
+            best[w.key] = to_plain(record.trace)
+    return best, len(db.get_all_tuning_records()), read_json(root / "seconds.json")["seconds"]
 
 
 def _best_attempts(attempts: list) -> dict[str, list]:
