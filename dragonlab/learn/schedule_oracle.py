@@ -10,14 +10,15 @@ constrained decoding ask of the live schedule, never touching TVM in the caller:
   decision TVM kept for the last instruction (None if the prefix does not apply);
 - `Replayer.counts`: how many outputs a query (`get_loops`, ...) gives for each live variable;
 - `Replayer.try_lines`: whether each of several candidate instructions applies after the prefix;
-- `Replayer.locations`: the compute locations TVM keeps as written for a block.
+- `Replayer.locations`: the compute locations TVM keeps as written for a block;
+- `Replayer.sketches`: MetaSchedule's design-space sketches of the workload, as scripts.
 
 A crash or a timeout in the worker means "does not apply" (`Replayer.crashes` counts them).
 `State` is the caller's view of one prefix's facts; `TAKES` says what kind of variable each
 argument of an instruction may name, in `State.usable`'s letters; `tile_ok` says whether a text
 begins a perfect-tile decision that TVM keeps for a loop's extent. `facts`, `counts`,
-`try_lines` and `locations` are the functions the worker runs (module-level so it imports them
-by reference).
+`try_lines`, `locations` and `sketches` are the functions the worker runs (module-level so it
+imports them by reference).
 """
 
 from __future__ import annotations
@@ -201,6 +202,24 @@ def locations(key: str, mod_json: str | None, plain: list, block: str, *, progre
     return sorted(found)
 
 
+def sketches(key: str, mod_json: str | None, target_config: dict, *, progress=None) -> list[str]:
+    """Run in a worker process: the design parts of MetaSchedule's design-space sketches for the
+    module on the target, as scripts, each once. Each sketch comes as it is (what a replay of the
+    design space writes) and simplified as evolutionary search simplifies the candidates it
+    measures (dead queries dropped: the corpus's scripts). Its decisions are random ones: only
+    its lines' shape is meant."""
+    from dragonlab.core.codec import design_part, encode, to_plain
+    from dragonlab.search.explore import tune_context
+
+    scripts = []
+    for space in tune_context(_module(key, mod_json), target_config).generate_design_space():
+        for trace in (space.trace, space.trace.simplified(remove_postproc=True)):
+            text = encode(design_part(to_plain(trace)))
+            if text not in scripts:
+                scripts.append(text)
+    return scripts
+
+
 class Replayer:
     """Applies scripts to a workload in a worker process (dragonlab.evaluation.workers) and caches what it
     learns. A crash or a timeout there means the script does not apply; `crashes` counts them."""
@@ -223,6 +242,11 @@ class Replayer:
         """The compute locations TVM keeps as written for `block` after `plain` (none if the
         worker fails)."""
         return self._call(locations, mod, plain, block) or []
+
+    def sketches(self, mod, target_config: dict) -> list[str]:
+        """MetaSchedule's design-space sketches of `mod` on the target, as scripts (none if the
+        worker fails)."""
+        return self._call(sketches, mod, target_config) or []
 
     def try_lines(self, mod, plain: list, insts: list) -> list[bool]:
         """Whether each instruction applies after `plain` (all False if the worker dies)."""

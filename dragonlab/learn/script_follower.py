@@ -17,7 +17,10 @@ only if:
   an output count `>N` is the true count;
 - fuse, reorder and merge name each loop once;
 - a line ends (a newline or the end of the script) only if it applies to the live schedule and
-  TVM keeps its decision as written (no silent repair).
+  TVM keeps its decision as written (no silent repair);
+- on llvm, the script is a design part: one of MetaSchedule's design-space sketches for the
+  workload, line by line, with decisions of its own (`Replayer.sketches`); it ends where the
+  sketch ends, and nothing follows (`ScriptFollower(..., sketches=False)` follows whole traces).
 
 The checks look ahead far enough that a legal prefix of a tile or a count can always be
 finished. What they cannot foresee (a primitive that rejects its arguments only once the line
@@ -32,6 +35,8 @@ import itertools
 import math
 import re
 
+import regex
+
 from dragonlab.core import allowlist
 from dragonlab.core.allowlist import ANNOTATIONS, POSTPROC_ANNOTATIONS, refusal
 from dragonlab.core.codec import BY_MNEMONIC, KEY_ALIASES, LineReader, ScriptSyntaxError, encode
@@ -45,6 +50,14 @@ _SAMPLING = {"tile", "ptile", "cat", "loc"}  # the kinds that carry a decision
 # by other factors (`split l4 v7..10 22 22 1 v7`) is one no search would measure, and one such
 # kernel ran past the evaluator's time limit.
 _LLVM_TILE_SIZES = (2, 4)
+# Where a constrained script follows MetaSchedule's design space: target kind -> the dragonlab
+# target whose design-space sketches it follows. Every script of the standard corpus's llvm design
+# parts is one of its workload's sketches, line for line, but for its decisions and the extent a
+# parallel annotation allows (which search's mutators change). A script that is no sketch is one
+# search never measures: most often a model's short one that leaves the kernel unscheduled.
+_SKETCH_TARGETS = {"llvm": "cpu"}
+_DECISION = re.compile(r"( =(?:\[[-0-9,]*\]|-?[0-9]+))")
+_PARALLEL = re.compile(r"^(ann b[0-9]+ par)(?: [0-9]+)?$")
 # Kinds whose output count depends on the workload, and how to count on a copy of the schedule.
 _COUNTS = {"loops": "get_loops", "children": "get_child_blocks", "producers": "get_producers",
            "consumers": "get_consumers", "output_blocks": "get_output_blocks"}
@@ -58,6 +71,26 @@ MAX_LINE = 512
 # Free-form keys would also let a model write words without end.
 _VALUE_TYPES = {**ANNOTATIONS, **POSTPROC_ANNOTATIONS}  # key -> the kind of value it takes
 _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
+
+
+def _line_pattern(line: str):
+    """A sketch's line as a pattern: its decision (a tile's factors, as many as the sketch's) and
+    a parallel annotation's extent left free."""
+    if _PARALLEL.match(line):
+        return regex.compile(regex.escape(_PARALLEL.match(line).group(1)) + "(?: [0-9]+)?")
+
+    def free(decision: str) -> str:
+        n = decision.count(",") + 1
+        return r" =\[" + ",".join(["[0-9]+"] * n) + r"\]" if "[" in decision else " =-?[0-9]+"
+
+    return regex.compile("".join(free(part) if i % 2 else regex.escape(part)
+                                 for i, part in enumerate(_DECISION.split(line))))
+
+
+def _tile_count(line: str) -> int | None:
+    """How many factors a sketch's line tiles its loop into (None: it is no tile)."""
+    found = _DECISION.search(line)
+    return found.group(1).count(",") + 1 if line.startswith("tile ") and found and "[" in found.group(1) else None
 
 
 class _Reader(LineReader):
@@ -78,14 +111,24 @@ class _Reader(LineReader):
 class ScriptFollower:
     """Follows one script as it is written; `allows(piece)` says whether `piece` may come next."""
 
-    def __init__(self, mod, replayer: Replayer | None = None, *, target_kind: str = "llvm"):
+    def __init__(self, mod, replayer: Replayer | None = None, *, target_kind: str = "llvm",
+                 sketches: bool = True):
         """`replayer`: the worker to apply lines in, shared by followers (a private one if None);
-        `target_kind`: TVM's kind of the target the script is for, whose allowlist it keeps."""
+        `target_kind`: TVM's kind of the target the script is for, whose allowlist it keeps;
+        `sketches`: keep to the workload's design-space sketches where the target has them."""
         self.mod, self.target_kind = mod, target_kind
         self.replayer = replayer or Replayer()
         self.state = self._state([], [])
         if self.state is None:
             raise ValueError("the workload has no schedule to follow (applying nothing failed)")
+        self._sketches = None  # per sketch, a pattern per line; None: no sketch to keep to
+        if sketches and target_kind in _SKETCH_TARGETS:
+            from dragonlab.core.targets import get_target
+
+            texts = self.replayer.sketches(mod, get_target(_SKETCH_TARGETS[target_kind]).config)
+            self._sketches = [[_line_pattern(line) for line in text.splitlines()] for text in texts] or None
+            self._sketch_tiles = [[_tile_count(line) for line in text.splitlines()] for text in texts]
+        self._live = {self.state.serial: range(len(self._sketches or ()))}  # state serial -> sketches it follows
         self.lines: list[str] = []
         self.open = ""  # the line being written
         self.ending: str | None = None  # "eos", "dead end" or "length" once it has ended
@@ -122,10 +165,9 @@ class ScriptFollower:
         self.open += rest
 
     def can_end(self) -> bool:
-        if self.open == "":
-            return self._split_due(self.state) is None  # a tile is followed by its split
-        after = self._after(self.state, self.open)
-        return after is not None and self._split_due(after) is None
+        state = self.state if self.open == "" else self._after(self.state, self.open)
+        # a tile is followed by its split; a sketch is followed to its end
+        return state is not None and self._split_due(state) is None and self._sketch_ends(state)
 
     def end(self, how: str) -> None:
         """The script ended: "eos" (the model ended it), "dead end" or "length"."""
@@ -150,8 +192,23 @@ class ScriptFollower:
         key = (state.serial, line)
         if key not in self._after_cache:
             # the checks of an open line hold for a complete one too
-            self._after_cache[key] = self._apply_line(state, line) if self._viable(state, line, complete=True) else None
+            after = self._apply_line(state, line) if self._viable(state, line, complete=True) else None
+            if after is not None and self._sketches is not None:
+                self._live[after.serial] = self._following(state, line, complete=True)
+            self._after_cache[key] = after
         return self._after_cache[key]
+
+    def _following(self, state: State, line: str, *, complete: bool) -> list[int]:
+        """The sketches that `state`'s script, then `line` (or a line it begins), follows. A
+        sketch is a design part, as a model writes it: nothing follows its end (the evaluator
+        post-processes a design part with the target's own post-processors)."""
+        i = len(state.insts)
+        return [k for k in self._live[state.serial] if i < len(sketch := self._sketches[k])
+                and sketch[i].fullmatch(line, partial=not complete)]
+
+    def _sketch_ends(self, state: State) -> bool:
+        return self._sketches is None or any(len(self._sketches[k]) == len(state.insts)
+                                             for k in self._live[state.serial])
 
     def _apply_line(self, state: State, line: str) -> State | None:
         reader = self._reader(state)
@@ -178,6 +235,8 @@ class ScriptFollower:
         the line ends here (and will be applied), so only the checks of what it holds count."""
         if line == "":
             return True
+        if self._sketches is not None and not self._following(state, line, complete=complete):
+            return False
         due = self._split_due(state)
         if due is not None:  # nothing but the tile's split, as MetaSchedule writes it
             return line == due if complete else due.startswith(line)
@@ -320,7 +379,13 @@ class ScriptFollower:
         return self.target_kind == "llvm" and not state.after_postproc
 
     def _tile_sizes(self, state: State) -> tuple[int, ...] | None:
-        """The factor counts a tile may have here (None: any the allowlist takes)."""
+        """The factor counts a tile may have here (None: any the allowlist takes): the sketches'
+        where a sketch is followed, else on llvm those of its rules."""
+        if self._sketches is not None:
+            i = len(state.insts)
+            counts = {tiles[i] for k in self._live[state.serial] if i < len(tiles := self._sketch_tiles[k])}
+            if counts - {None}:
+                return tuple(sorted(counts - {None}))
         return _LLVM_TILE_SIZES if self._rule_shaped(state) else None
 
     def _split_due(self, state: State) -> str | None:

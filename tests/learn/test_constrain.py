@@ -1,6 +1,8 @@
 """Constrained decoding: real scripts always pass, broken ones never do, and a model's output under
 constraints always decodes and applies, whatever the model."""
 
+import json
+import math
 import subprocess
 import sys
 from collections import Counter
@@ -12,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dragonlab.core import codec
+from dragonlab.core.targets import get_target
 from dragonlab.core.errors import InputError
 from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.evaluation.workers import Limits
@@ -37,7 +40,8 @@ def feed(follower: ScriptFollower, script: str) -> str | None:
 def test_scripts_that_search_wrote_are_never_refused(corpus, data):
     """Tuned samples on llvm and cuda (tensor cores included; each holds its design space's
     instructions and a post-processing part) and the dataset's scripts: every prefix is allowed,
-    and the follower's script is the script."""
+    and the follower's script is the script. On llvm a design part follows a sketch to its end;
+    a whole trace is followed without the sketch rule (a model writes design parts only)."""
     dsd, workloads = dataset.load(data)
     cases = [(s.name, s.mod, codec.encode(s.trace), s.target) for s in corpus if s.source == "post"]
     cases += [(r["name"], workloads[r["workload"]].mod, text, "llvm") for r in dsd["train"]
@@ -47,10 +51,13 @@ def test_scripts_that_search_wrote_are_never_refused(corpus, data):
     replayer = Replayer(Limits(timeout_sec=900.0, memory_bytes=4 << 30))
     try:
         for name, mod, script, target_kind in cases:
-            follower = ScriptFollower(mod, replayer, target_kind=target_kind)
-            assert feed(follower, script) is None, name
-            follower.end("eos")
-            assert follower.script() == script.rstrip("\n"), name
+            design = codec.encode(codec.design_part(codec.decode(script)))
+            for text, sketches in ((script, design == script.rstrip("\n")), (design, True)):
+                follower = ScriptFollower(mod, replayer, target_kind=target_kind, sketches=sketches)
+                assert feed(follower, text) is None, name
+                assert follower.can_end(), name
+                follower.end("eos")
+                assert follower.script() == text.rstrip("\n"), name
     finally:
         replayer.close()
     assert replayer.crashes == 0
@@ -61,8 +68,9 @@ MATMUL_PREFIX = "get C\nget root\nloops b0 >3\ntile l2 =[4,16]\nsplit l2 v5 v6"
 
 @pytest.fixture(scope="module")
 def matmul_follower():
-    """A follower on a 64x64x64 matmul after `get C`, `get root`, `loops b0 >3`, a tile and its split."""
-    follower = ScriptFollower(trace_corpus.matmul(64))
+    """A follower on a 64x64x64 matmul after `get C`, `get root`, `loops b0 >3`, a tile and its split
+    (not a design-space sketch: these tests check each rule on its own, the sketch rule aside)."""
+    follower = ScriptFollower(trace_corpus.matmul(64), sketches=False)
     assert feed(follower, MATMUL_PREFIX) is None
     yield follower
     follower.replayer.close()
@@ -72,7 +80,7 @@ def matmul_follower():
 def split_follower(matmul_follower):
     """The same after `postproc`: in an llvm design part a split only follows its tile (below);
     in the post-processing part the factors' own checks decide."""
-    follower = ScriptFollower(trace_corpus.matmul(64), matmul_follower.replayer)
+    follower = ScriptFollower(trace_corpus.matmul(64), matmul_follower.replayer, sketches=False)
     assert feed(follower, MATMUL_PREFIX + "\npostproc") is None
     return follower
 
@@ -165,7 +173,7 @@ def test_follower_allows_what_can_still_apply(matmul_follower, split_follower, p
 def test_an_llvm_design_part_tiles_and_splits_as_metaschedule_does():
     """2 or 4 factors, and right after a tile, its loop's split by exactly those factors, as the
     codec writes it; no split anywhere else (post-processing aside)."""
-    follower = ScriptFollower(trace_corpus.matmul(64))
+    follower = ScriptFollower(trace_corpus.matmul(64), sketches=False)
     try:
         assert feed(follower, "get C\nloops b0 >3\n") is None
         assert not follower.allows("tile l1 =[2,2,16]\n") and not follower.allows("tile l1 =[1,1,1,4,16]\n")
@@ -182,7 +190,7 @@ def test_an_llvm_design_part_tiles_and_splits_as_metaschedule_does():
 
 
 def test_a_compute_location_is_one_tvm_keeps():
-    follower = ScriptFollower(trace_corpus.matmul_bias_relu(64))
+    follower = ScriptFollower(trace_corpus.matmul_bias_relu(64), sketches=False)
     assert feed(follower, "get D") is None
     valid = follower._valid_locations(follower.state, "b0")
     assert -1 in valid and -2 in valid  # inline and root are always there for an elementwise block
@@ -303,8 +311,44 @@ def test_a_sampled_value_of_zero_is_no_split_factor():
     """A categorical's value can be 0 (MetaSchedule's unroll steps begin with it): as a split factor
     it splits nothing, and the follower says so instead of dividing by it. (After `postproc`: in an
     llvm design part no split but a tile's own is written at all.)"""
-    follower = ScriptFollower(trace_corpus.matmul(64))
+    follower = ScriptFollower(trace_corpus.matmul(64), sketches=False)
     assert feed(follower, "get C\nget root\nloops b0 >3\ncat [0,16] =0\npostproc") is None
     assert not follower.allows("split l2 v5 ")
     assert not follower.allows("split l2 1 1 1 1 1 1 v5 v")
     follower.replayer.close()
+
+
+def test_an_llvm_script_is_one_of_the_design_space_sketches():
+    """On llvm the follower keeps to MetaSchedule's design-space sketches: a script that is none
+    (the short one a barely trained model writes, leaving the kernel unscheduled) is refused, and
+    a script ends only where a sketch ends; its decisions are its own."""
+    mod = trace_corpus.matmul(64)
+    follower = ScriptFollower(mod)
+    try:
+        sketches = follower.replayer.sketches(mod, get_target("cpu").config)
+        assert len(sketches) == len(follower._sketches) >= 1
+        first = sketches[0].splitlines()
+        assert not follower.allows("get root\nann b0 par 32\n") and follower.allows(first[0] + "\n")
+        assert ScriptFollower(mod, follower.replayer, sketches=False).allows("get root\nann b0 par 32\n")
+        tile = next(i for i, line in enumerate(first) if line.startswith("tile "))
+        assert feed(follower, "\n".join(first[:tile])) is None
+        assert not follower.can_end()  # a sketch's first lines are no script
+        loop, written = first[tile].split(" ")[1], json.loads(first[tile].split(" =")[1])
+        other = [math.prod(written)] + [1] * (len(written) - 1)
+        other = other if other != written else other[::-1]
+        line = f"tile {loop} ={json.dumps(other).replace(' ', '')}"  # another decision than the sketch's
+        assert feed(follower, line) is None
+        rest = "\n".join(first[tile + 1:])  # the split names the tile's factors: the sketch's lines stay
+        assert feed(follower, rest) is None, rest
+        script = "\n".join(first[:tile] + [line])
+        follower.end("eos")
+        assert follower.script() == script + "\n" + rest and follower.ending == "eos"
+        # a tile has as many factors as the sketch's: a reduction loop's 2, where llvm's rule alone
+        # would let a third begin (a dead end on a loop of extent 3, once the product is wrong)
+        two = next(i for i, line in enumerate(first) if line.startswith("tile ") and line.count(",") == 1)
+        head, loop = "\n".join(first[:two]), first[two].split(" ")[1]
+        sketched, free = ScriptFollower(mod, follower.replayer), ScriptFollower(mod, follower.replayer, sketches=False)
+        assert feed(sketched, head) is None and feed(free, head) is None
+        assert free.allows(f"tile {loop} =[1,1,") and not sketched.allows(f"tile {loop} =[1,1,")
+    finally:
+        follower.replayer.close()
