@@ -124,19 +124,26 @@ def import_torch(net, example_inputs: tuple, *, name: str = "network", target=No
     return mod, list(params.get("main", []))
 
 
+def lower_for_tuning(mod: tvm.IRModule, target) -> tvm.IRModule:
+    """The Relax module as `ms.relax_integration.compile_relax` lowers it (legalise, fuse): what
+    MetaSchedule's task extraction and `tune_relax` take."""
+    from tvm import relax
+
+    with target:
+        return relax.get_pipeline("zero")(mod)
+
+
 def network_workloads(mod: tvm.IRModule, prefix: str, *, target=None) -> list[Workload]:
     """The MetaSchedule tuning tasks of a Relax module from `import_torch`, as workloads named
     `<prefix>_<task>` of family `model:<prefix>/<task>`, sorted by task name; `weight` is how
     often the task occurs. The module is lowered as `ms.relax_integration.compile_relax` lowers
-    it (legalise, fuse), so a database of these workloads is what a build of the network asks for.
+    it (`lower_for_tuning`), so a database of these workloads is what a build of the network asks for.
     """
     import tvm.s_tir.meta_schedule as ms
-    from tvm import relax
     from tvm.s_tir.analysis import estimate_tir_flops
 
     target = tvm_target(target)
-    with target:
-        mod = relax.get_pipeline("zero")(mod)
+    mod = lower_for_tuning(mod, target)
     workloads = []
     for task in sorted(ms.relax_integration.extract_tasks(mod, target), key=lambda t: t.task_name):
         prim_mod = task.dispatched[0]

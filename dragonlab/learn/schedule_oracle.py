@@ -228,6 +228,7 @@ class Replayer:
     def __init__(self, limits: Limits = Limits(timeout_sec=180.0, memory_bytes=4 << 30)):
         self.worker = Worker(limits)
         self.crashes = 0
+        self._sketches: dict = {}  # (module id, target) -> its sketches
         self._json: dict = {}
         self._pid, self._sent = None, set()  # which modules the worker holds
 
@@ -243,10 +244,16 @@ class Replayer:
         worker fails)."""
         return self._call(locations, mod, plain, block) or []
 
-    def sketches(self, mod, target_config: dict) -> list[str]:
+    def sketches(self, mod, target_config: dict) -> tuple[str, ...]:
         """MetaSchedule's design-space sketches of `mod` on the target, as scripts (none if the
-        worker fails)."""
-        return self._call(sketches, mod, target_config) or []
+        worker fails); asked of the worker once per module and target."""
+        key = (id(mod), json.dumps(target_config, sort_keys=True))
+        if key not in self._sketches:
+            found = self._call(sketches, mod, target_config)
+            if found is None:
+                return ()  # not kept: a restarted worker may answer next time
+            self._sketches[key] = tuple(found)
+        return self._sketches[key]
 
     def try_lines(self, mod, plain: list, insts: list) -> list[bool]:
         """Whether each instruction applies after `plain` (all False if the worker dies)."""

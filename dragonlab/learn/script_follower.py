@@ -31,6 +31,7 @@ characters.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -73,11 +74,17 @@ _VALUE_TYPES = {**ANNOTATIONS, **POSTPROC_ANNOTATIONS}  # key -> the kind of val
 _SPELLINGS = {key: alias for alias, key in KEY_ALIASES.items()}
 
 
+@functools.lru_cache(maxsize=1024)
+def _line_patterns(sketch: str) -> tuple:
+    """A sketch's lines as patterns (made once per sketch: a follower per sequence asks again)."""
+    return tuple(_line_pattern(line) for line in sketch.splitlines())
+
+
 def _line_pattern(line: str):
     """A sketch's line as a pattern: its decision (a tile's factors, as many as the sketch's) and
     a parallel annotation's extent left free."""
-    if _PARALLEL.match(line):
-        return regex.compile(regex.escape(_PARALLEL.match(line).group(1)) + "(?: [0-9]+)?")
+    if parallel := _PARALLEL.match(line):
+        return regex.compile(regex.escape(parallel.group(1)) + "(?: [0-9]+)?")
 
     def free(decision: str) -> str:
         n = decision.count(",") + 1
@@ -126,7 +133,7 @@ class ScriptFollower:
             from dragonlab.core.targets import get_target
 
             texts = self.replayer.sketches(mod, get_target(_SKETCH_TARGETS[target_kind]).config)
-            self._sketches = [[_line_pattern(line) for line in text.splitlines()] for text in texts] or None
+            self._sketches = [_line_patterns(text) for text in texts] or None
             self._sketch_tiles = [[_tile_count(line) for line in text.splitlines()] for text in texts]
         self._live = {self.state.serial: range(len(self._sketches or ()))}  # state serial -> sketches it follows
         self.lines: list[str] = []

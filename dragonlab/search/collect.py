@@ -93,7 +93,7 @@ def collect(workloads: list[Workload], target: TargetSpec, store: RecordStore,
     """Tune each workload for `config.trials` measured candidates, appending every one to `store`.
     `on_done(key, seconds)` is called as each workload searched in this run finishes. A run that
     Ctrl-C ends raises KeyboardInterrupt; the `summary` passed in still counts what it stored."""
-    _quiet_metaschedule()
+    quiet_metaschedule()
     store.add_workloads(workloads)
     done = store.done()
     summary = CollectSummary() if summary is None else summary
@@ -242,6 +242,6 @@ def _trace_of(plain_trace: list, w: Workload) -> Trace:
     return sch.trace
 
 
-def _quiet_metaschedule() -> None:
+def quiet_metaschedule() -> None:
     """MetaSchedule logs every round at INFO; the progress bar already says it."""
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)

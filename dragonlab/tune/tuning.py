@@ -25,7 +25,6 @@ resumes after a kill.
 
 from __future__ import annotations
 
-import logging
 import math
 import shutil
 import statistics
@@ -209,18 +208,19 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
 
 
 def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, trials: int, config: TuneConfig,
-                progress: bool) -> tuple[dict[str, list], int, float | None]:
+                progress: bool) -> tuple[dict[str, list], int, float]:
     """MetaSchedule's `tune_relax` on the network with `trials` measurements in all, into `root`
     (its work directory: the JSONDatabase of every measured candidate, and its logs). Returns,
     per task, the plain trace of its fastest kernel (a task none of whose candidates ran has none),
     the candidates measured, and the wall time. The search does not resume: a run killed during
     it starts that search again, in a fresh directory renamed to `root` when it is done."""
     import tvm.s_tir.meta_schedule as ms
-    from tvm import relax
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
     from dragonlab.core.codec import to_plain
+    from dragonlab.core.networks import lower_for_tuning
+    from dragonlab.search.collect import quiet_metaschedule
     from dragonlab.search.measure import PooledBuilder, make_runner
     from dragonlab.search.records import MS_FAILURE_SECS
 
@@ -236,10 +236,8 @@ def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, t
     if not root.is_dir():
         tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
         target = spec.tvm()
-        with target:
-            mod = relax.get_pipeline("zero")(network.mod)  # lowered as `network_workloads` lowers it
-        # MetaSchedule's console log repeats every round; its per-task logs stay in root/logs.
-        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+        mod = lower_for_tuning(network.mod, target)  # as `network_workloads` lowers it
+        quiet_metaschedule()  # its per-task logs stay in root/logs
         builder, runner = PooledBuilder(), make_runner("local", config.measure)
         start = time.monotonic()
         try:
