@@ -25,9 +25,12 @@ from dragonlab.testing.shared import once
 # share the trace corpus (design spaces on llvm and cuda) and TVM's tensor intrinsics, which cost
 # about 80 s and 30 s of CPU to make in each process that needs them. (Not xdist's `loadgroup`: with
 # pytest 9 its group marks no longer reach the scheduler, and every test is scheduled alone.)
+# The notebooks' test resumes the tune tests' run (`tuned`, about 100 s to make on an idle
+# machine): in another process it would wait for it on the lock, both processes busy with one run.
 SHARED_PROCESS = {path: "corpus" for path in (
     "tests/core/test_codec.py", "tests/learn/test_constrain.py", "tests/cli/test_codec_cli.py",
-    "tests/core/test_allowlist.py", "tests/search/test_msdb.py", "tests/evaluation/test_evaluate.py")}
+    "tests/core/test_allowlist.py", "tests/search/test_msdb.py", "tests/evaluation/test_evaluate.py")} | {
+    "tests/tune/test_tune.py": "tune", "tests/notebooks/test_notebooks.py": "tune"}
 
 
 @pytest.hookimpl(optionalhook=True)

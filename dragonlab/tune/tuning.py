@@ -25,6 +25,8 @@ resumes after a kill.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import shutil
 import statistics
@@ -241,7 +243,8 @@ def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, t
         builder, runner = PooledBuilder(), make_runner("local", config.measure)
         start = time.monotonic()
         try:
-            with progress_bar(total=trials, unit="cand", desc=f"{network.name} {root.name}", progress=progress) as bar:
+            with _foreign_handlers_set_aside(), \
+                    progress_bar(total=trials, unit="cand", desc=f"{network.name} {root.name}", progress=progress) as bar:
                 ms.relax_integration.tune_relax(
                     mod, {}, target, str(tmp), max_trials_global=trials, num_trials_per_iter=config.attempts,
                     builder=builder, runner=runner, seed=config.seed,
@@ -258,6 +261,24 @@ def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, t
         if record is not None and statistics.mean(float(t) for t in record.run_secs) < MS_FAILURE_SECS:
             best[w.key] = to_plain(record.trace)
     return best, len(db.get_all_tuning_records()), read_json(root / "seconds.json")["seconds"]
+
+
+@contextlib.contextmanager
+def _foreign_handlers_set_aside():
+    """MetaSchedule's logger without the handlers that MetaSchedule did not attach, put back
+    afterwards. `tune_relax` configures its loggers with `logging.config.dictConfig`, naming
+    every handler already on its logger, and fails on one it did not configure itself: a user's
+    own handler, or the one pytest attaches to every logger that does not propagate."""
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    ours = {f"{logger.name}.console", f"{logger.name}.file"}
+    foreign = [h for h in logger.handlers if h.get_name() not in ours]
+    for h in foreign:
+        logger.removeHandler(h)
+    try:
+        yield
+    finally:
+        for h in foreign:
+            logger.addHandler(h)
 
 
 def _best_attempts(attempts: list) -> dict[str, list]:
