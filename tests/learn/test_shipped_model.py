@@ -1,0 +1,34 @@
+"""The model shipped with the standard corpus (data/cpu-standard-v1/model) is what its card says,
+and writes scripts as a user runs it from a fresh clone: `dragonlab attempts --model
+data/cpu-standard-v1/model ... --constrained`."""
+
+import json
+from pathlib import Path
+
+from dragonlab.cli import main
+from dragonlab.learn.attempts import read_attempts
+
+SHIPPED = Path(__file__).resolve().parents[2] / "data" / "cpu-standard-v1" / "model"
+
+
+def test_the_shipped_model_is_small_and_says_how_it_was_trained():
+    files = {p.name: p.stat().st_size for p in SHIPPED.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "run.json", "log.jsonl"} <= set(files)
+    assert sum(files.values()) <= 50 << 20
+    run = json.loads((SHIPPED / "run.json").read_text())["config"]
+    card = (SHIPPED / "README.md").read_text()
+    assert f"--max-steps {run['max_steps']}" in card and f"--preset {run['preset']}" in card
+    assert json.loads((SHIPPED / "log.jsonl").read_text().splitlines()[-1])["step"] == run["max_steps"]
+
+
+def test_the_shipped_model_writes_kernels_that_the_evaluator_finds_correct(data, tmp_path):
+    """On the session's quick workloads (a matmul and a softmax: shapes the model never saw, of
+    families it did), greedy and constrained: every script follows a design-space sketch, so
+    every one builds, runs and computes the unscheduled kernel's numbers."""
+    out = tmp_path / "attempts.jsonl"
+    assert main(["attempts", "--model", str(SHIPPED), "--data", str(data), "--split", "train", "--n", "1",
+                 "--temperature", "0", "--constrained", "--out", str(out)]) == 0
+    attempts = read_attempts(out)
+    assert len(attempts) == 4 and {a.task for a in attempts} == {"construction", "refinement"}
+    assert all(a.ending == "eos" for a in attempts)
+    assert all(a.evaluation.correct for a in attempts), [(a.name, a.evaluation.stage) for a in attempts]
