@@ -110,6 +110,7 @@ def test_the_quick_campaign_runs_the_demo_with_its_numbers(tmp_path, monkeypatch
     assert ran["03_dataset"]["trials"] == c.collect.trials and ran["03_dataset"]["holdout_family"] == "softmax"
     assert ran["03_dataset"]["population"] == c.collect.population == 64  # the report's baseline keeps 512
     assert ran["04_sft"]["preset"] == c.sft.preset and ran["04_sft"]["max_steps"] == 20
+    assert ran["04_sft"]["model"] is None  # the demo trains its own model, not the shipped one
     from dragonlab.learn.models import PRESETS
 
     assert (c.sft.batch_size, c.sft.learning_rate) == (PRESETS[c.sft.preset].batch_size,
