@@ -40,7 +40,8 @@ LESSONS = [
            ("collecting 3 quick workloads x 4 trials", "--- compact:", "=== construction:", "saved to ds:"),
            figures=3, files=("ds/dataset_dict.json",)),  # speedups, lengths, families
     Lesson("04_sft", lambda fx: {"data": str(fx("data")), "model": None, "run": "sft", "preset": "scratch-tiny",
-                                 "max_steps": 20, "split": "train", "n": 1, "limit": 2, "temperature": 0.8},
+                                 "max_steps": 20, "split": "train", "n": 1, "limit": 2, "temperature": 0.8,
+                                 "constrained": False},
            ("training scratch-tiny into sft", "generated", "reference", "attempts  correct   exact",
             "| sft | scratch-tiny ("), figures=3,
            files=("sft/model/config.json", "sft/attempts-train.jsonl")),  # loss curve, stages, scaling
