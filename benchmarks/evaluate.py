@@ -101,11 +101,7 @@ def _metaschedule(batches, target, measure, build_timeout: float):
     builder = ms.builder.LocalBuilder(timeout_sec=build_timeout)
     runner = ms.runner.LocalRunner(timeout_sec=measure.run_timeout_sec, evaluator_config=measure.evaluator())
     for items, mods in zip(batches, modules):
-        try:
-            built = builder.build([ms.builder.BuilderInput(m, target.tvm()) for m in mods])
-        except TimeoutError:  # its pool can time out starting a worker, outside its own error catching
-            error = error or f"build: a worker of LocalBuilder's pool did not start within {build_timeout:g} s"
-            break
+        built = builder.build([ms.builder.BuilderInput(m, target.tvm()) for m in mods])
         error = error or next((f"build: {_first_line(b.error_msg)}" for b in built if b.error_msg), None)
         inputs = [ms.runner.RunnerInput(b.artifact_path, "cpu", ms.arg_info.ArgInfo.from_prim_func(w.mod["main"]))
                   for b, (w, _) in zip(built, items) if b.error_msg is None]

@@ -52,16 +52,21 @@ def refuse_unequal(what: str, first_error: str | None) -> int:
 def baseline(name: str, run, shortfall, first_timeout: float, retry_timeout: float):
     """`run(build_timeout)` once, and again with `retry_timeout` if `shortfall(result)` (a
     sentence such as "timed 3 of 32 candidates; first error: ...", or None when the baseline did
-    all the work). Returns (result, the limit it ran under), or None after saying why no ratio."""
-    result = run(first_timeout)
-    if shortfall(result) is None:
-        return result, first_timeout
-    print(f"{name} (build limit {first_timeout:g} s) {shortfall(result)}. "
-          f"Trying again with a build limit of {retry_timeout:g} s.", flush=True)
-    result = run(retry_timeout)
-    if shortfall(result) is None:
-        return result, retry_timeout
-    refuse_unequal(f"{name} {shortfall(result)} with a build limit of {retry_timeout:g} s", None)
+    all the work). Returns (result, the limit it ran under), or None after saying why no ratio.
+    MetaSchedule's builder pool raises TimeoutError when a worker does not start within the
+    limit, past its own error catching: a try that falls short, not a crash."""
+    for limit in (first_timeout, retry_timeout):
+        try:
+            result = run(limit)
+            why = shortfall(result)
+        except TimeoutError:
+            why = "measured nothing; first error: a build worker did not start within the limit"
+        if why is None:
+            return result, limit
+        if limit == first_timeout:
+            print(f"{name} (build limit {first_timeout:g} s) {why}. "
+                  f"Trying again with a build limit of {retry_timeout:g} s.", flush=True)
+    refuse_unequal(f"{name} {why} with a build limit of {retry_timeout:g} s", None)
     return None
 
 

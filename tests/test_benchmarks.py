@@ -69,6 +69,21 @@ def test_the_baseline_is_retried_once_and_a_short_one_makes_no_figure(recorded_o
         assert ("Trying again with a build limit of 120 s" in out) == (verdict == "retry")
 
 
+def test_a_baseline_whose_builder_pool_times_out_is_tried_again_not_a_crash(capsys):
+    """MetaSchedule's LocalBuilder raises TimeoutError when a pool worker does not start in time."""
+    fair, limits = _fair(), []
+
+    def run(limit):
+        limits.append(limit)
+        if limit < 100:
+            raise TimeoutError()
+        return 1.0, 4, 4, None
+
+    done = fair.baseline("ms.tune_tir", run, lambda r: None, 30.0, 120.0)
+    assert done == ((1.0, 4, 4, None), 120.0) and limits == [30.0, 120.0]
+    assert "did not start within the limit. Trying again with a build limit of 120 s" in capsys.readouterr().out
+
+
 def test_a_busy_machine_is_refused_or_marked(monkeypatch, capsys):
     fair = _fair()
     monkeypatch.setattr(fair.psutil, "cpu_percent", lambda interval: 100.0)

@@ -108,7 +108,8 @@ def _demo_steps(args, out: Path, quick) -> list[tuple[str, dict | list]]:
                         "holdout_family": quick.dataset.holdout_family}),
         ("codec check", ["codec", "check", str(out / "records")]),
         ("04_sft", {"data": str(data), "model": None, "run": str(sft), "preset": args.preset,  # trains its own
-                    "max_steps": args.sft_steps, "split": "test", "constrained": False, "n": 1, "limit": 4, "threads": campaign.sft_config(quick).threads}),
+                    "max_steps": args.sft_steps, "threads": campaign.sft_config(quick).threads,
+                    "split": "test", "n": 1, "limit": 4, "constrained": False}),
         ("05_rl", {"data": str(data), "sft_run": str(sft), "run": str(rl), "max_steps": args.rl_steps,
                    "num_generations": r.num_generations, "prompts_per_step": r.prompts_per_step,
                    "splits": ["test", "test_family"], "limit": 2}),

@@ -355,6 +355,14 @@ def build_dataset(paths: list[str | os.PathLike], out: str | os.PathLike,
     return built
 
 
+def load_or_build(path: str | os.PathLike, records: list[str | os.PathLike]):
+    """`load(path)`, after building the dataset there from `records` (as `build_dataset` does)
+    when it does not exist yet: a notebook's first run on the shipped corpus."""
+    if not Path(path).exists():
+        build_dataset(records, path)
+    return load(path)
+
+
 def build_info(built: Built) -> dict:
     return {"config": asdict(built.config), "counts": {s: dict(c) for s, c in built.counts().items()},
             "workloads": dict(Counter(built.split_of.values())), "skipped": dict(built.skipped),

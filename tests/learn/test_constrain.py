@@ -52,9 +52,9 @@ def test_scripts_that_search_wrote_are_never_refused(corpus, data):
     try:
         for name, mod, script, target_kind in cases:
             design, whole = codec.encode(codec.design_part(codec.decode(script))), script.rstrip("\n")
-            # A design part (every dataset script) once, with the sketch rule; off llvm there is
-            # no sketch rule, and the design part is a prefix of the whole trace.
-            texts = {whole: design == whole, **({design: True} if target_kind == "llvm" else {})}
+            texts = {whole: design == whole}  # a design part (every dataset script): with the sketch rule
+            if target_kind == "llvm":  # elsewhere no sketch rule, and the design part is a prefix of the whole
+                texts[design] = True
             for text, sketches in texts.items():
                 follower = ScriptFollower(mod, replayer, target_kind=target_kind, sketches=sketches)
                 assert feed(follower, text) is None, name

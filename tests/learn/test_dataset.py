@@ -323,3 +323,12 @@ def test_spread_workloads_covers_the_families_first_and_nests():
     assert set(dataset.spread_workloads(ds, 4, seed=4)["workload"]) != set(picked[4]["workload"])
     with pytest.raises(InputError, match="12 workloads asked for; the split has 11"):
         dataset.spread_workloads(ds, 12)
+
+
+def test_load_or_build_builds_a_missing_dataset_once(collected, tmp_path, monkeypatch):
+    out = tmp_path / "ds"
+    dsd, workloads = dataset.load_or_build(out, [collected[0]])
+    assert (out / "dataset_dict.json").is_file() and set(workloads) == {w.key for w in collected[1]}
+    monkeypatch.setattr(dataset, "build_dataset", lambda *a, **k: pytest.fail("built again"))
+    again, _ = dataset.load_or_build(out, [collected[0]])
+    assert again["train"]["prompt"] == dsd["train"]["prompt"]
