@@ -201,6 +201,22 @@ def add_records(sub, name: str, help: str):
                    help="the shard is not finished: seal what it has so far as a numbered part; collecting it "
                         "again goes on from there in new files")
     c.set_defaults(run=records_seal)
+    c = command(rsub, "check", "check stored kernels' numbers against the unscheduled kernel (resumable)",
+                description="MetaSchedule times kernels without looking at their outputs, and TVM builds some "
+                            "schedules into kernels that compute wrong numbers. This runs the evaluator's check "
+                            "(build, run on fresh random inputs, compare every buffer with the unscheduled kernel) "
+                            "on the store's ok records and appends the verdicts to STORE/checks.jsonl; every "
+                            "command then reads a record found wrong as status 'wrong'. A rerun goes on with "
+                            "the records not checked yet.")
+    c.add_argument("store", type=Path)
+    c.add_argument("--target", default="cpu", help="the records of this target")
+    c.add_argument("--family", action="append", default=None, help="only workloads of this family (repeatable)")
+    c.add_argument("--workload", action="append", default=None, help="only this workload, by name or key (repeatable)")
+    c.add_argument("--per-workload", type=int, default=None,
+                   help="only each workload's N fastest ok records (default: all)")
+    c.add_argument("--workers", type=int, default=None, help="evaluator workers (default: physical cores)")
+    c.add_argument("--checks", type=int, default=3, help="fresh random input sets per record")
+    c.set_defaults(run=records_check)
     c = command(rsub, "card", "write a record store's README.md: counts, machine, time, benchmark, rebuild")
     c.add_argument("store", type=Path)
     c.set_defaults(run=records_card)
@@ -245,6 +261,29 @@ def records_seal(args) -> int:
         print(f"sealed {path} ({path.stat().st_size / 1e6:.2f} MB)")
     if not sealed:
         print(f"nothing to seal in {args.store}")
+    return 0
+
+
+def records_check(args) -> int:
+    from dragonlab.core.workloads import lookup
+    from dragonlab.evaluation.config import EvalConfig
+    from dragonlab.evaluation.evaluate import Evaluator, check_store
+    from dragonlab.search.records import RecordStore
+
+    for flag in ("--per-workload", "--workers", "--checks"):
+        require(flag, getattr(args, flag[2:].replace("-", "_")), "> 0")
+    store = RecordStore(args.store)
+    workloads = list(store.workloads().values())
+    chosen = [w for w in workloads if args.family is None or w.family in args.family]
+    if args.family and not chosen:
+        raise InputError(f"--family: no workload of {', '.join(args.family)} in {args.store}")
+    if args.workload:
+        chosen = [lookup(name, chosen) for name in args.workload]
+    with Evaluator(args.target, EvalConfig(workers=args.workers, checks=args.checks, time=False)) as evaluator:
+        counts = check_store(evaluator, store, workloads=[w.key for w in chosen], per_workload=args.per_workload)
+    print(f"checked {sum(counts.values())} records of {len(chosen)} workloads: "
+          + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none left to check")
+          + f" -> {args.store / 'checks.jsonl'}")
     return 0
 
 

@@ -47,7 +47,7 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -309,8 +309,6 @@ class RecordCheck:
 def evaluate_records(evaluator: "Evaluator", workloads: dict[str, Workload], records: list,
                      *, progress: bool = True) -> RecordCheck:
     """Evaluate every record of the evaluator's target whose workload is known."""
-    from collections import Counter
-
     from dragonlab.search.records import OK as RECORDED_OK
 
     chosen = [r for r in records if r.target == evaluator.target.name and r.workload in workloads]
@@ -319,6 +317,45 @@ def evaluate_records(evaluator: "Evaluator", workloads: dict[str, Workload], rec
               if r.status == RECORDED_OK and e.correct and e.latency]
     return RecordCheck(evaluations, sum(e.correct for e in evaluations), len(evaluations),
                        statistics.median(ratios) if ratios else None, dict(Counter(e.stage for e in evaluations)))
+
+
+def check_store(evaluator: "Evaluator", store, *, workloads: list[str] | None = None,
+                per_workload: int | None = None, chunk: int = 32, progress: bool = True) -> Counter:
+    """Judge a record store's unchecked ok records of the evaluator's target (of the `workloads`
+    keys, or all) with the evaluator's check, and append each verdict to the store
+    (`RecordStore.add_checks`), a chunk at a time: a kill loses at most the chunk in flight, and a
+    rerun goes on with what is not checked yet. `per_workload`: only the N fastest ok records of
+    each workload (the ones datasets and search baselines lean on most), the checked ones
+    included. Returns the new verdicts' statuses, counted; an evaluation stopped by time stores
+    no verdict."""
+    from dragonlab.search.records import OK as RECORDED_OK
+    from dragonlab.search.records import check_of
+
+    known = store.workloads()
+    checked = set(store.checks())
+    chosen = []
+    by_workload: dict[str, list] = {}
+    for r in store.records(target=evaluator.target.name, checked=False):
+        if r.status == RECORDED_OK and r.workload in known and (workloads is None or r.workload in workloads):
+            by_workload.setdefault(r.workload, []).append(r)
+    for key in sorted(by_workload, key=lambda k: known[k].name):  # one workload's records together: one reference
+        rs = sorted(by_workload[key], key=lambda r: (r.latency, trace_text(r.trace)))[:per_workload]
+        chosen.extend(r for r in rs if r.digest not in checked)
+    counts: Counter = Counter()
+    bar = progress_bar(total=len(chosen), unit="record", progress=progress)
+    try:
+        for start in range(0, len(chosen), chunk):
+            part = chosen[start:start + chunk]
+            evaluations = evaluator.evaluate_many([(known[r.workload], r.trace) for r in part], progress=False)
+            verdicts = [check_of(r, e.stage, e.reason, e.max_error if e.max_error is None or math.isfinite(e.max_error)
+                                 else None) for r, e in zip(part, evaluations)]
+            store.add_checks(v for v in verdicts if v is not None)
+            counts.update(v.status if v is not None else "not judged (time)" for v in verdicts)
+            bar.update(len(part))
+            bar.set_postfix({k: v for k, v in sorted(counts.items())})
+    finally:
+        bar.close()
+    return counts
 
 
 def _evaluation_of(key: str, target: str, outcome, repairs: tuple = ()) -> Evaluation:

@@ -63,10 +63,11 @@ from dragonlab.learn.dataset_config import DatasetConfig
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, TASKS, construction_prompt, kernel_text, refinement_prompt
 from dragonlab.search import benchmark
 from dragonlab.search.benchmark import Benchmark
-from dragonlab.search.records import BUILD_ERROR, FAILED, OK, RUN_ERROR, TIMEOUT, Record, RecordStore, trace_text
+from dragonlab.search.records import (BUILD_ERROR, FAILED, OK, RUN_ERROR, TIMEOUT, WRONG, Record, RecordStore,
+                                      trace_text)
 
 SPLITS = ("train", "validation", "test", "test_family")
-FAILURES = (BUILD_ERROR, RUN_ERROR, FAILED)
+FAILURES = (BUILD_ERROR, RUN_ERROR, FAILED, WRONG)
 
 # Columns of every split, in order; input_* and speedup are null for construction examples.
 COLUMNS = {"task": "string", "prompt": "string", "completion": "string", "workload": "string", "name": "string",

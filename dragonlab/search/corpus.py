@@ -11,7 +11,7 @@ import os
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from dragonlab.search.records import OK, STATUSES, TIMEOUT, RecordStore
+from dragonlab.search.records import OK, STATUSES, TIMEOUT, WRONG, RecordStore
 
 REBUILD = """\
 ```bash
@@ -86,6 +86,19 @@ def card(root: str | os.PathLike, *, title: str | None = None, dataset: str | No
                       f"(`records.search.jsonl.gz`): {budgets}. A design space with fewer distinct candidates "
                       f"than the budget ends its search early.")
 
+    checks = store.checks()
+    checked = Counter(c.status for c in checks.values())
+    wrong_by_family = Counter(_family(workloads[r.workload]) for r in records
+                              if r.status == WRONG and r.workload in workloads)
+    check_text = (f"MetaSchedule's runner times a kernel without looking at its outputs, and TVM builds some schedules of its "
+                  f"own design spaces into wrong kernels (apache/tvm#14791: the post-processor RewriteReductionBlock "
+                  f"hoists a reduction's initialisation above a loop the reduction is recomputed in). `dragonlab records "
+                  f"check {root}` runs the evaluator's check (fresh random inputs, every buffer compared with the "
+                  f"unscheduled kernel) on `ok` records and keeps its verdicts in `checks*.jsonl.gz`; every command reads "
+                  f"a record found wrong as `wrong`, without latencies. Checked so far: {len(checks)} of "
+                  f"{totals[OK] + sum(v for k, v in checked.items() if k != OK)} measured `ok` records ("
+                  + ", ".join(f"{k} {v}" for k, v in sorted(checked.items())) + "); wrong kernels by family: "
+                  + (", ".join(f"{f} {n}" for f, n in wrong_by_family.most_common()) or "none") + ".")
     dataset_text = f"## Dataset\n\n{dataset}\n\n" if dataset else ""
     files = "\n".join(f"| `{p.name}` | {p.stat().st_size / 1e6:.2f} MB |"
                       for p in sorted(root.iterdir()) if p.is_file() and p.name != "README.md")
@@ -124,6 +137,10 @@ integer inputs (a gather's indices) are left out: random inputs index out of bou
   (load average at the start of each run: {', '.join(f'{x:g}' for x in loads) or 'not logged'}; above the
   core count, other work shared the machine while it measured).
   `collection*.jsonl.gz` logs every run.
+
+## Numerical check
+
+{check_text}
 
 ## Benchmark
 

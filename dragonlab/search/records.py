@@ -6,6 +6,7 @@ A `RecordStore` is a directory:
     records[.SHARD].jsonl    one line per measured candidate (a `Record`)
     progress[.SHARD].jsonl   one line per (workload, target) whose collection finished
     collection[.SHARD].jsonl one line per `dragonlab collect` run: machine, versions, settings, time
+    checks.jsonl             one line per record judged by the evaluator (`dragonlab records check`)
 
 Every file is append-only (`dragonlab.core.jsonl`: a torn last line left by a kill is ignored on
 read and cut off before the next append, so a kill -9 loses at most the lines being written).
@@ -14,18 +15,25 @@ reading de-duplicates, so merging is `cat`. A finished file can be sealed (`seal
 to `<name>.gz`, which readers read as it is and which never changes again, so a shipped corpus
 goes into git file by file while later shards are still being collected.
 
+MetaSchedule's runner times a kernel without looking at what it computes, and TVM builds some
+schedules of its own design spaces into kernels that compute wrong numbers. `records check` runs
+the evaluator's numerical check on stored records and appends its verdicts; reading applies them,
+so a record whose kernel differs from the unscheduled one reads as "wrong" everywhere (statistics,
+datasets, search baselines) while the measured file stays as it was sealed.
+
 Records keep the module they were tuned on by workload key, and the workload file keeps the
 module itself: the structural hash ignores block names, but traces look blocks up by name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -38,10 +46,11 @@ from dragonlab.core.workloads import Workload
 # schedule), so it is neither a latency nor a schedule failure.
 # "failed" is a failure whose stage is unknown (MetaSchedule databases do not say), and
 # "unmeasured" a trace committed without a measurement (a sampled design space, say): a trace
-# for the codec, never a latency.
-OK, BUILD_ERROR, RUN_ERROR, FAILED, TIMEOUT, UNMEASURED = (
-    "ok", "build_error", "run_error", "failed", "timeout", "unmeasured")
-STATUSES = (OK, BUILD_ERROR, RUN_ERROR, FAILED, TIMEOUT, UNMEASURED)
+# for the codec, never a latency. "wrong": measured ok, but the evaluator found that the kernel's
+# outputs differ from the unscheduled kernel's (a verdict of `records check`): never a latency.
+OK, BUILD_ERROR, RUN_ERROR, FAILED, TIMEOUT, UNMEASURED, WRONG = (
+    "ok", "build_error", "run_error", "failed", "timeout", "unmeasured", "wrong")
+STATUSES = (OK, BUILD_ERROR, RUN_ERROR, FAILED, TIMEOUT, UNMEASURED, WRONG)
 
 # MetaSchedule commits failed measurements with this run time.
 MS_FAILURE_SECS = 1e10
@@ -79,6 +88,11 @@ class Record:
     def identity(self) -> tuple[str, str, str]:
         """What makes two records the same data point: one trace on one workload and target."""
         return (self.workload, self.target, trace_text(self.trace))
+
+    @property
+    def digest(self) -> str:
+        """A short name of `identity`, by which a check verdict refers to its record."""
+        return hashlib.sha256("\n".join(self.identity).encode()).hexdigest()[:32]
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -127,6 +141,41 @@ def trace_text(trace: list) -> str:
     return json.dumps(trace, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class Check:
+    """The evaluator's verdict on a stored record: the status it gives the record when read."""
+
+    record: str  # Record.digest
+    status: str  # OK, or the failure the evaluator found (WRONG, RUN_ERROR, BUILD_ERROR)
+    stage: str  # the evaluator's stage
+    reason: str | None = None
+    max_error: float | None = None  # worst error over the tolerance (<= 1: correct)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Check":
+        if not isinstance(d, dict):
+            raise RecordFormatError(f"a check must be a JSON object, got {_json_type(d)}")
+        fields = {"record": lambda v: isinstance(v, str), "status": lambda v: v in STATUSES,
+                  "stage": lambda v: isinstance(v, str), "reason": lambda v: v is None or isinstance(v, str),
+                  "max_error": lambda v: v is None or isinstance(v, (int, float)) and not isinstance(v, bool)}
+        unknown = set(d) - set(fields)
+        if unknown:
+            raise RecordFormatError(f"check has unknown field {sorted(unknown)[0]!r}")
+        for name, valid in fields.items():
+            if name in ("record", "status", "stage") and name not in d or not valid(d.get(name)):
+                raise RecordFormatError(f"check field {name!r} is missing or invalid: {d.get(name)!r}")
+        return cls(**d)
+
+
+def check_of(record: Record, stage: str, reason: str | None, max_error: float | None) -> Check | None:
+    """The verdict of an evaluation of a record (stage "ok" when correct); None when the
+    evaluation was stopped by time, which says nothing about the kernel (checked again later)."""
+    if reason and ("timed out" in reason or "Timeout" in reason):
+        return None
+    status = {"ok": OK, "check": WRONG, "run": RUN_ERROR}.get(stage, BUILD_ERROR)
+    return Check(record.digest, status, stage, reason, max_error)
+
+
 def classify_error(message: str) -> str:
     """Tell a timeout (retry it) from a schedule that failed to build or run."""
     if "Timeout" in message or "timed out" in message:
@@ -154,6 +203,9 @@ class RecordStore:
     def append(self, records: Iterable[Record]) -> None:
         append_lines(self.root / f"records{self._suffix}.jsonl", (r.to_json() for r in records))
 
+    def add_checks(self, checks: Iterable[Check]) -> None:
+        append_lines(self.root / "checks.jsonl", (asdict(c) for c in checks))
+
     def mark_done(self, workload: str, target: str, trials: int) -> None:
         append_lines(self.root / f"progress{self._suffix}.jsonl",
                      [{"workload": workload, "target": target, "trials": trials}])
@@ -176,7 +228,7 @@ class RecordStore:
         if part and not shard:
             raise InputError("sealing a part needs the shard it belongs to")
         names = [f"{stem}.{shard}.jsonl" for stem in ("records", "progress", "collection")] if shard else None
-        paths = [p for stem in ("workloads", "records", "progress", "collection") for p in self.files(stem)]
+        paths = [p for stem in ("workloads", "records", "progress", "collection", "checks") for p in self.files(stem)]
         paths = [p for p in paths if p.suffix == ".jsonl" and (names is None or p.name in names
                                                                 or p.name == "workloads.jsonl")]
         moved = [p for p in paths if p.with_name(p.name + ".gz").exists() or part and p.name != "workloads.jsonl"]
@@ -200,18 +252,30 @@ class RecordStore:
                 out.setdefault(w.key, w)
         return out
 
-    def records(self, *, target: str | None = None, workload: str | None = None) -> list[Record]:
-        """All records, de-duplicated (first occurrence wins), optionally filtered."""
+    def records(self, *, target: str | None = None, workload: str | None = None,
+                checked: bool = True) -> list[Record]:
+        """All records, de-duplicated (first occurrence wins), optionally filtered. `checked`:
+        with the evaluator's verdicts applied (`checks`): a kernel found wrong or failing is a
+        record of that status, without latencies."""
         seen: set = set()
         out: list[Record] = []
+        verdicts = self.checks() if checked else {}
         for path in self.files("records"):
             for r in read_lines(path, Record.from_json, error=RecordFormatError):
                 if (target and r.target != target) or (workload and r.workload != workload):
                     continue
                 if r.identity not in seen:
                     seen.add(r.identity)
+                    verdict = verdicts.get(r.digest) if verdicts and r.status == OK else None
+                    if verdict is not None and verdict.status != OK:
+                        r = replace(r, status=verdict.status, latencies=None, error=verdict.reason)
                     out.append(r)
         return out
+
+    def checks(self) -> dict[str, Check]:
+        """Record digest -> the evaluator's verdict on it (a record is checked once)."""
+        return {c.record: c for path in self.files("checks")
+                for c in read_lines(path, Check.from_json, error=RecordFormatError)}
 
     def done(self) -> dict[tuple[str, str], int]:
         """(workload key, target) -> trial budget of each finished collection."""

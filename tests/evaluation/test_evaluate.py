@@ -11,12 +11,14 @@ from tvm.s_tir import Schedule
 
 from dragonlab.cli import main
 from dragonlab.core.codec import encode, to_plain
+from dragonlab.core.families import attention
 from dragonlab.core.workloads import suite
 from dragonlab.evaluation.config import EvalConfig
-from dragonlab.evaluation.evaluate import OK, Evaluation, Evaluator, evaluate_records
+from dragonlab.evaluation.evaluate import OK, Evaluation, Evaluator, check_store, evaluate_records
 from dragonlab.evaluation.reward import RewardConfig, reward
 from dragonlab.search.config import MeasureConfig
-from dragonlab.search.records import RecordStore
+from dragonlab.learn.dataset import scripts_by_group
+from dragonlab.search.records import Record, RecordStore
 
 FP16_MATMUL = next(w for w in suite("quick") if w.family == "matmul" and w.dtype == "float16")
 FAST = EvalConfig(workers=2, measure=MeasureConfig(number=2, repeat=3, min_repeat_ms=10))
@@ -335,3 +337,43 @@ def test_an_exception_is_one_line_and_a_verdict_keeps_tvms_last_line():
     assert one_line(KeyError()) == reason_of(KeyError()) == "KeyError"
     assert one_line(ValueError("\n  first  \nsecond")) == "ValueError: first"
     assert len(one_line(ValueError("x" * 1000))) == 300 and len(one_line(ValueError("x" * 1000), limit=20)) == 20
+
+
+def _reduction_recomputed_inside_a_reduction_loop():
+    """A tiny attention whose softmax sum is computed inside the output's reduction loop: a
+    correct schedule (its design part builds a correct kernel) that MetaSchedule's design spaces
+    hold. TVM's post-processor RewriteReductionBlock hoists the sum's initialisation above that
+    loop, so the sum accumulates once per iteration (apache/tvm#14791): the kernel MetaSchedule
+    builds, and would time and store, is wrong."""
+    w = attention(b=1, heads=2, s=16, d=8)
+    sch = Schedule(w.mod)
+    sch.compute_inline(sch.get_sblock("T_softmax_norm"))
+    outer, _ = sch.split(sch.get_loops(sch.get_sblock("out"))[-1], [2, None])
+    sch.compute_at(sch.get_sblock("T_softmax_expsum"), outer)
+    return w, to_plain(sch.trace)
+
+
+def test_a_schedule_that_tvm_builds_into_wrong_numbers_is_caught(evaluator):
+    w, trace = _reduction_recomputed_inside_a_reduction_loop()
+    e = evaluator.evaluate(w, trace)
+    assert e.stage == "check" and e.max_error > 100 and "differs from the unscheduled kernel" in e.reason
+
+
+def test_checking_a_store_marks_its_wrong_kernels_and_resumes(evaluator, tmp_path, capsys):
+    """`records check`: MetaSchedule measured both kernels fine; the check finds the wrong one,
+    every reader then sees it as 'wrong' (a dataset leaves it out), and a rerun has nothing left."""
+    w, wrong = _reduction_recomputed_inside_a_reduction_loop()
+    sch = Schedule(w.mod)
+    sch.compute_inline(sch.get_sblock("T_softmax_norm"))
+    right = to_plain(sch.trace)
+    store = RecordStore(tmp_path, create=True)
+    store.add_workloads([w])
+    # as `collect` stores them: MetaSchedule's runner timed both and looked at neither's outputs
+    store.append([Record(w.key, "cpu", trace, "ok", (2e-5, 2e-5, 2e-5), trial=i) for i, trace in enumerate([wrong, right])])
+    assert check_store(evaluator, store, progress=False) == {"ok": 1, "wrong": 1}
+    assert [r.status for r in store.records()] == ["wrong", "ok"]
+    assert [s.text for s in scripts_by_group(store.workloads(), store.records())[(w.key, "cpu")]] == [encode(right)]
+    assert main(["records", "check", str(tmp_path), "--workers", "1"]) == 0
+    assert "checked 0 records of 1 workloads: none left to check" in capsys.readouterr().out
+    assert main(["records", "check", str(tmp_path), "--workload", "nope"]) == 2
+    assert "no workload with key or name 'nope'" in capsys.readouterr().err

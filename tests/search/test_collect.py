@@ -212,6 +212,7 @@ def test_benchmark_search_continues_each_judged_workload_to_its_budget(collected
     text = (store / "README.md").read_text()
     assert f"2 workloads, {len(s.records())} records" in text and "core-hours" in text
     assert "1 workloads to 10 trials (1 reached); 1 workloads to 9 trials (1 reached)" in text
+    assert f"Checked so far: 0 of {len([r for r in s.records() if r.status == 'ok'])} measured `ok` records" in text
     assert "## Dataset" in text and "the benchmark's splits" in text  # what dataset build makes of it
     assert "| test | 1 | 4 | 16 |" in text and "| test_family | 1 | 4 | 16 |" in text and "| train | 0 | 0 | 0 |" in text
     capsys.readouterr()

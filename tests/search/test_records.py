@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from dragonlab.search.records import (OK, RUN_ERROR, TIMEOUT, Record, RecordFormatError, RecordStore, classify_error,
-                                      merge, stats)
+from dragonlab.search.records import (OK, RUN_ERROR, TIMEOUT, WRONG, Record, RecordFormatError, RecordStore,
+                                      check_of, classify_error, merge, stats)
 
 TRACE_A = [[["GetSBlock", [], ["C", "main"], ["b0"]]], []]
 TRACE_B = [[["GetSBlock", [], ["D", "main"], ["b0"]]], []]
@@ -88,6 +88,27 @@ def test_shards_merge_without_duplicates(tmp_path):
     assert merge([a, b], out) == 2
     assert merge([a, b], out) == 0  # merging again adds nothing
     assert len(out.records()) == 2 and out.done() == {("123", "cpu"): 16}
+
+
+def test_a_verdict_of_the_check_is_applied_on_read_and_sealed_with_the_store(tmp_path):
+    store = RecordStore(tmp_path, create=True)
+    a, b, c = _ok(TRACE_A), _ok(TRACE_B), _ok(TRACE_C)
+    store.append([a, b, c])
+    store.add_checks([check_of(a, "check", "argument 3 differs from the unscheduled kernel", 1800.0),
+                      check_of(b, "ok", None, 0.01)])
+    assert check_of(c, "run", "worker timed out during run: timed out after 60 s", None) is None  # no verdict
+    back = {r.trace[0][0][2][0]: r for r in store.records()}
+    assert back["C"].status == WRONG and back["C"].latencies is None and "differs" in back["C"].error
+    assert back["D"] == b and back["E"] == c  # correct, and not checked yet: as measured
+    assert store.records(checked=False) == [a, b, c]
+    assert stats({}, store.records()).totals == {OK: 2, WRONG: 1}
+    store.seal()
+    assert (tmp_path / "checks.jsonl.gz").exists() and not (tmp_path / "checks.jsonl").exists()
+    assert [r.status for r in store.records()] == [WRONG, OK, OK]
+    with open(tmp_path / "checks.jsonl", "w") as f:
+        f.write('{"record": "x", "status": "fine", "stage": "ok"}\n')
+    with pytest.raises(RecordFormatError, match=r"checks.jsonl:1: check field 'status' is missing or invalid: 'fine'"):
+        store.records()
 
 
 def test_a_sealed_shard_reads_as_it_is_while_another_shard_goes_on(tmp_path, capsys):
