@@ -100,11 +100,15 @@ def _serve(inbox: Connection, outbox: Connection, memory_bytes: int, sandbox: bo
         except (EOFError, OSError):
             return  # the parent is gone
         try:
-            _send(outbox, "result", fn(*args, progress=progress))
+            answer = ("result", fn(*args, progress=progress))
         except MemoryError:
-            _send(outbox, "error", "MemoryError: out of memory (worker limit)")
+            answer = ("error", "MemoryError: out of memory (worker limit)")
         except Exception as e:  # everything the call raises goes back as data
-            _send(outbox, "error", f"{type(e).__name__}: {e}")
+            answer = ("error", f"{type(e).__name__}: {e}")
+        try:
+            _send(outbox, *answer)
+        except OSError:
+            return  # the parent is gone (an interrupted run): nobody to answer
 
 
 class Worker:

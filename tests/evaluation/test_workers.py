@@ -40,6 +40,20 @@ def test_an_interrupt_is_left_to_the_parent():
         w.close()
 
 
+def test_a_worker_whose_parent_is_gone_ends_quietly(capfd):
+    """An interrupted run exits while a worker is still busy: when the worker cannot send its
+    answer, it ends without a traceback (it printed two into the run's log)."""
+    w = Worker()
+    try:
+        w._start()
+        w._outbox.send((worker_jobs.sleep, (1.0,)))
+        w._inbox.close()  # what the parent's exit does to the worker's answer pipe
+        assert w._proc.wait(timeout=30) == 0
+        assert "Traceback" not in capfd.readouterr().err
+    finally:
+        w.close()
+
+
 def test_a_spinning_call_is_killed_at_the_deadline_and_the_worker_restarts():
     w = Worker(Limits(timeout_sec=2))
     try:
