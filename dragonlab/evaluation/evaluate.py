@@ -347,8 +347,7 @@ def check_store(evaluator: "Evaluator", store, *, workloads: list[str] | None = 
         for start in range(0, len(chosen), chunk):
             part = chosen[start:start + chunk]
             evaluations = evaluator.evaluate_many([(known[r.workload], r.trace) for r in part], progress=False)
-            verdicts = [check_of(r, e.stage, e.reason, e.max_error if e.max_error is None or math.isfinite(e.max_error)
-                                 else None) for r, e in zip(part, evaluations)]
+            verdicts = [check_of(r, e.stage, e.reason, e.max_error) for r, e in zip(part, evaluations)]
             store.add_checks(v for v in verdicts if v is not None)
             counts.update(v.status if v is not None else "not judged (time)" for v in verdicts)
             bar.update(len(part))

@@ -162,18 +162,20 @@ class Check:
         if unknown:
             raise RecordFormatError(f"check has unknown field {sorted(unknown)[0]!r}")
         for name, valid in fields.items():
-            if name in ("record", "status", "stage") and name not in d or not valid(d.get(name)):
+            if (name in ("record", "status", "stage") and name not in d) or not valid(d.get(name)):
                 raise RecordFormatError(f"check field {name!r} is missing or invalid: {d.get(name)!r}")
         return cls(**d)
 
 
 def check_of(record: Record, stage: str, reason: str | None, max_error: float | None) -> Check | None:
     """The verdict of an evaluation of a record (stage "ok" when correct); None when the
-    evaluation was stopped by time, which says nothing about the kernel (checked again later)."""
-    if reason and ("timed out" in reason or "Timeout" in reason):
+    evaluation was stopped by time, which says nothing about the kernel (checked again later).
+    A non-finite `max_error` (NaN outputs) is kept as None: JSON has no such number."""
+    if reason and classify_error(reason) == TIMEOUT:
         return None
     status = {"ok": OK, "check": WRONG, "run": RUN_ERROR}.get(stage, BUILD_ERROR)
-    return Check(record.digest, status, stage, reason, max_error)
+    return Check(record.digest, status, stage, reason,
+                 max_error if max_error is None or math.isfinite(max_error) else None)
 
 
 def classify_error(message: str) -> str:

@@ -97,6 +97,7 @@ def test_a_verdict_of_the_check_is_applied_on_read_and_sealed_with_the_store(tmp
     store.add_checks([check_of(a, "check", "argument 3 differs from the unscheduled kernel", 1800.0),
                       check_of(b, "ok", None, 0.01)])
     assert check_of(c, "run", "worker timed out during run: timed out after 60 s", None) is None  # no verdict
+    assert check_of(c, "check", "NaN in argument 1", float("nan")).max_error is None  # JSON has no NaN
     back = {r.trace[0][0][2][0]: r for r in store.records()}
     assert back["C"].status == WRONG and back["C"].latencies is None and "differs" in back["C"].error
     assert back["D"] == b and back["E"] == c  # correct, and not checked yet: as measured
