@@ -23,7 +23,7 @@ from dragonlab.testing.shared import once
 # `make test` runs two processes (`-n 2 --dist loadfile`), a test file at a time in one of them, so
 # that a file's module fixtures are built once. Files named here go to one process together: they
 # share the trace corpus (design spaces on llvm and cuda) and TVM's tensor intrinsics, which cost
-# about 80 s and 30 s of CPU to make in each process that needs them. (Not xdist's `loadgroup`: with
+# about 80 s and 10 s of CPU to make in each process that needs them. (Not xdist's `loadgroup`: with
 # pytest 9 its group marks no longer reach the scheduler, and every test is scheduled alone.)
 # The notebooks' test resumes the tune tests' run (`tuned`, about 100 s to make on an idle
 # machine): in another process it would wait for it on the lock, both processes busy with one run.

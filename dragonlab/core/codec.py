@@ -29,7 +29,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from dragonlab.core import indexmap
+from dragonlab.core import indexmap, tensor_intrinsics
 from dragonlab.core.script_grammar import (ALIASES, BOOL_ANNOTATIONS, BY_MNEMONIC, IDENT, INT64, KEY_ALIASES,
                                            KEYWORDS, KINDS, MNEMONICS, SPELLING, CodecError, Kind, Param,
                                            ScriptSyntaxError, TraceFormatError, UnknownInstructionError)
@@ -280,8 +280,8 @@ def check_prefix(text: str, *, verbatim: bool = True) -> None:
 
 def apply(script_or_plain, mod, *, seed: int = 1):
     """A fresh `Schedule(mod)` with a script (or a plain JSON form, or a Trace) replayed on it.
-    A tensorize names an intrinsic that only `tvm.s_tir.tensor_intrin` registers (a 20 s import),
-    so that is imported the first time one is missing."""
+    A tensorize names an intrinsic that only `tvm.s_tir.tensor_intrin` registers, so that is
+    imported the first time one is missing (`dragonlab.core.tensor_intrinsics`)."""
     import sys
 
     from tvm.s_tir import Schedule
@@ -292,9 +292,9 @@ def apply(script_or_plain, mod, *, seed: int = 1):
     try:
         Trace.apply_json_to_schedule(plain, sch)
     except Exception as e:
-        if "TensorIntrin" not in str(e) or "tvm.s_tir.tensor_intrin" in sys.modules:
+        if "TensorIntrin" not in str(e) or tensor_intrinsics.MODULE in sys.modules:
             raise
-        import tvm.s_tir.tensor_intrin  # noqa: F401
+        tensor_intrinsics.load()
 
         sch = Schedule(mod, seed=seed)
         Trace.apply_json_to_schedule(plain, sch)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dragonlab.core import codec
+from dragonlab.core import codec, tensor_intrinsics
 from dragonlab.core.errors import InputError
 from dragonlab.core.targets import TargetSpec, get_target
 from dragonlab.core.workloads import Workload
@@ -37,11 +37,12 @@ def tune_context(mod, target, *, seed: int = 42, search_strategy="replay-trace",
                  num_threads: int | str = 1):
     """A MetaSchedule TuneContext with the target's default rules, postprocessors and mutators.
 
-    Making one imports every tensor intrinsic TVM defines first (`tvm.s_tir.tensor_intrin`,
-    16-22 s, once per process). MetaSchedule's rules for an llvm target that names no CPU or
-    features (`plain_llvm`) tensorize nothing, so for such a target that module is stood in for
-    while the context is made: a fresh collection process or notebook kernel saves the import
-    (tests/search/test_collect.py checks that the design spaces are the same). Other targets import it.
+    Making one imports every tensor intrinsic TVM defines first (`tvm.s_tir.tensor_intrin`:
+    `dragonlab.core.tensor_intrinsics` makes that import cheap). MetaSchedule's rules for an
+    llvm target that names no CPU or features (`plain_llvm`) tensorize nothing, so for such a
+    target that module is stood in for while the context is made: a fresh collection process or
+    notebook kernel saves the import altogether (tests/search/test_collect.py checks that the
+    design spaces are the same). Other targets import it.
     """
     import sys
     import types
@@ -49,10 +50,12 @@ def tune_context(mod, target, *, seed: int = 42, search_strategy="replay-trace",
     import tvm.s_tir.meta_schedule as ms
 
     tvm_t = tvm_target(target)
-    name = "tvm.s_tir.tensor_intrin"
+    name = tensor_intrinsics.MODULE
     stand_in = types.ModuleType(name) if name not in sys.modules and plain_llvm(tvm_t) else None
     if stand_in is not None:
         sys.modules[name] = stand_in
+    else:
+        tensor_intrinsics.load()
     try:
         return ms.TuneContext(mod=mod, target=tvm_t, space_generator="post-order-apply",
                               search_strategy=search_strategy, task_name=task_name, num_threads=num_threads,

@@ -20,6 +20,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.schedule import Trace
 
+from dragonlab.core import tensor_intrinsics
 from dragonlab.core.codec import to_plain
 from dragonlab.core.errors import InputError, one_line
 from dragonlab.core.targets import get_target, name_of
@@ -60,8 +61,8 @@ def read_database(path: Path) -> tuple[list[Workload], list[Record]]:
         except Exception as e:
             if "TensorIntrin" not in str(e):
                 raise
-            # Tensor-core traces name intrinsics that only this (16-22 s) import registers.
-            import tvm.s_tir.tensor_intrin  # noqa: F401
+            # Tensor-core traces name intrinsics that only TVM's tensor_intrin module registers.
+            tensor_intrinsics.load()
 
             tuning_records = open_db()
     except Exception as e:  # TVM raises its own error types from C++ parsing

@@ -220,6 +220,7 @@ def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, t
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+    from dragonlab.core import tensor_intrinsics
     from dragonlab.core.codec import to_plain
     from dragonlab.core.networks import lower_for_tuning
     from dragonlab.search.collect import quiet_metaschedule
@@ -240,6 +241,7 @@ def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, t
         target = spec.tvm()
         mod = lower_for_tuning(network.mod, target)  # as `network_workloads` lowers it
         quiet_metaschedule()  # its per-task logs stay in root/logs
+        tensor_intrinsics.load()  # as each TuneContext would, at a fraction of the cost
         builder, runner = PooledBuilder(), make_runner("local", config.measure)
         start = time.monotonic()
         try:

@@ -258,8 +258,7 @@ def test_a_kernel_whose_timing_fails_is_correct_without_a_latency(records):
 
 _STAND_IN = """
 import json, sys
-sys.modules["torch"] = None  # unused here, and TVM's FFI imports it: the intrinsic import takes 17 s, not 30 s
-from dragonlab.core import codec
+from dragonlab.core import codec, tensor_intrinsics
 from dragonlab.evaluation.replay import target_postprocs
 from dragonlab.search.explore import design_spaces, tune_context
 from dragonlab.core.targets import get_target
@@ -273,7 +272,7 @@ def postprocs():
     return [type(p).__name__ for p in tune_context(workloads[0].mod, target).space_generator.postprocs]
 stood_in = spaces(), postprocs(), [type(p).__name__ for p in target_postprocs(target.config)]
 skipped = "tvm.s_tir.tensor_intrin" not in sys.modules
-import tvm.s_tir.tensor_intrin  # now every TuneContext has the real registry
+tensor_intrinsics.load()  # now every TuneContext has the real registry
 print(json.dumps({"skipped": skipped, "same spaces": stood_in[0] == spaces(), "same postprocs":
                   stood_in[1] == stood_in[2] == postprocs(), "postprocs": stood_in[1]}))
 """

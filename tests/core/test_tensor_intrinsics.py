@@ -1,0 +1,41 @@
+"""The cheap import of TVM's tensor intrinsics lends `inspect` a stack that TVMScript cannot
+tell from the real one, and only while it imports."""
+
+import inspect
+import sys
+
+import pytest
+
+from dragonlab.core import tensor_intrinsics
+
+
+def test_the_lent_stack_has_every_frame_and_the_source_lines_tvmscript_reads():
+    def inner():
+        return inspect.stack(), tensor_intrinsics._stack()
+
+    def outer():
+        return inner()
+
+    real, lent = outer()
+    assert [f.frame for f in lent] == [f.frame for f in real]
+    assert [(f.filename, f.lineno, f.function) for f in lent] == [(f.filename, f.lineno, f.function) for f in real]
+    read = tensor_intrinsics._LINES_READ
+    assert [f.code_context for f in lent[:read]] == [f.code_context for f in real[:read]]
+    assert real[read].code_context is not None and lent[read].code_context is None
+
+
+@pytest.mark.parametrize("body", ["import inspect\nSEEN = inspect.stack\n", "raise ImportError('broken')\n"])
+def test_the_stack_is_lent_for_the_import_only(body, tmp_path, monkeypatch):
+    (tmp_path / "fake_intrinsics.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(tensor_intrinsics, "MODULE", "fake_intrinsics")
+    monkeypatch.delitem(sys.modules, "fake_intrinsics", raising=False)
+    stack = inspect.stack
+    if "raise" in body:
+        with pytest.raises(ImportError, match="broken"):
+            tensor_intrinsics.load()
+    else:
+        tensor_intrinsics.load()
+        assert sys.modules["fake_intrinsics"].SEEN is tensor_intrinsics._stack
+        tensor_intrinsics.load()  # loaded: nothing to do
+    assert inspect.stack is stack
