@@ -54,7 +54,9 @@ def test_recorded_candidates_evaluate_correct_with_recorded_latency(evaluator, r
     assert result.total == len(recs) == 16
     assert result.correct == 16, [(e.stage, e.reason) for e in result.evaluations if not e.correct]
     assert all(e.stage == OK and not e.repaired and e.max_error <= 1 for e in result.evaluations)
-    assert 0.5 < result.latency_ratio < 2.0  # within noise of what collection measured
+    # Same kernels, same timer: the ratio is timing noise, which reached 2.1x on a loaded
+    # 2-core machine; a unit or reference mix-up would be off by 1000x.
+    assert 0.25 < result.latency_ratio < 4.0
     assert all(e.reference_latency and e.reference_latency > 0 for e in result.evaluations)
 
 
