@@ -157,11 +157,13 @@ class Worker:
         stage = None
         while True:
             left = deadline - time.monotonic()
+            if left <= 0:
+                self._kill()
+                raise WorkerTimeout(f"timed out after {timeout:g} s", stage)
             try:
-                ready = left > 0 and self._inbox.poll(left)
-                if not ready:
-                    self._kill()
-                    raise WorkerTimeout(f"timed out after {timeout:g} s", stage)
+                # Short waits: a Ctrl-C that reaches another thread is acted on between them.
+                if not self._inbox.poll(min(left, 0.25)):
+                    continue
                 kind, value = _message(self._inbox.recv_bytes(MAX_MESSAGE))
             except (EOFError, OSError, ConnectionError):
                 code = self._reap()
@@ -192,6 +194,12 @@ class Worker:
             self._inbox.close()
             self._outbox.close()
         self._proc = self._inbox = self._outbox = None
+
+    def interrupt(self) -> None:
+        """End the call in flight from another thread (it raises WorkerCrashed in its caller's)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
 
     def close(self) -> None:
         self._kill()
@@ -236,11 +244,12 @@ class WorkerPool:
         results: list = [None] * len(argsets)
         next_index = iter(range(len(argsets)))
         lock = threading.Lock()
+        stop = threading.Event()
 
         def drain(worker: Worker) -> None:
             while True:
                 with lock:
-                    i = next(next_index, None)
+                    i = None if stop.is_set() else next(next_index, None)
                 if i is None:
                     return
                 try:
@@ -253,8 +262,20 @@ class WorkerPool:
         threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in self.workers]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    # Waits with a timeout: Ctrl-C may reach another thread of the process, and
+                    # the main thread only acts on it between waits.
+                    t.join(0.1)
+        except BaseException:  # Ctrl-C: no call starts after it, and the ones in flight are ended
+            stop.set()
+            while any(t.is_alive() for t in threads):
+                for w in self.workers:
+                    w.interrupt()
+                for t in threads:
+                    t.join(0.1)
+            raise
         return results
 
     def pids(self) -> list[int]:

@@ -22,6 +22,15 @@ def spin(*, progress):
         pass
 
 
+def sleep_and_mark(path, seconds, *, progress):
+    """Sleep, then append a line to `path`: a trace of every call that ran to its end."""
+    progress("sleeping")
+    time.sleep(seconds)
+    with open(path, "a") as f:
+        f.write("done\n")
+    return seconds
+
+
 def crash(*, progress):
     progress("about to crash")
     os.kill(os.getpid(), signal.SIGSEGV)

@@ -106,6 +106,32 @@ def test_pool_keeps_order_and_leaks_no_process():
     assert after <= before
 
 
+def test_ctrl_c_during_map_stops_it_and_starts_no_more_calls(tmp_path):
+    """Ctrl-C can reach any thread of the process, not only the main one. The main thread must
+    still see it while `map` waits, and no call may start after it. Before this was fixed, the
+    pool's threads worked through the rest of the list and then `map` raised; `records check`
+    went on checking after two SIGINTs."""
+    import signal
+    import threading
+
+    marks = tmp_path / "marks"
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    pool = WorkerPool(1, Limits(timeout_sec=30))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # what a command line has
+    try:
+        pool.map(worker_jobs.echo, [(0,)])  # the worker is up: its start-up is not what is timed
+        # SIGINT sent to another thread than the main one, as the kernel may deliver a Ctrl-C
+        threading.Timer(0.5, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            pool.map(worker_jobs.sleep_and_mark, [(str(marks), 1.5)] * 4)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        pool.close()
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before  # the call in flight was ended with its worker, and none was started
+    assert not marks.exists()  # no call ran to its end: not the one in flight, not the next ones
+
+
 def test_progress_bars_honour_tqdm_disable(monkeypatch):
     from dragonlab.core.progress import progress_bar
 
