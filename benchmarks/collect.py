@@ -21,7 +21,6 @@ import time
 
 import fair
 import tvm.s_tir.meta_schedule as ms
-import tvm.s_tir.tensor_intrin  # noqa: F401  (the one-off 16-22 s import, outside the timings)
 import xgboost  # noqa: F401
 
 from dragonlab.search.collect import collect
@@ -29,6 +28,9 @@ from dragonlab.search.config import CollectConfig, MeasureConfig
 from dragonlab.search.records import MS_FAILURE_SECS, OK, RecordStore
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import suite
+from dragonlab.core import tensor_intrinsics
+
+tensor_intrinsics.load()  # the one-off import that each TuneContext would pay, outside the timings
 
 
 def main() -> int:
