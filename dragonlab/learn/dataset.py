@@ -20,7 +20,7 @@ to write it would spend its capacity predicting the post-processors' loop arithm
 `scripts="full"` keeps whole traces.
 
 Only status "ok" records are data. A script that any record of the same workload and target
-says failed (build_error, run_error, failed) is dropped altogether: a trace that ran once and
+says failed (build_error, run_error, failed, wrong) is dropped altogether: a trace that ran once and
 failed once is not a trustworthy answer. Records with the same trace are one script whose
 latency is the median of all their repeats. Every script is checked to round-trip:
 `codec.decode(script) == codec.to_plain(trace)`; one that does not is skipped and counted.
@@ -32,6 +32,12 @@ Splits are by workload key (the structural hash), so no workload is on two sides
 a shipped corpus has one beside its records) the splits are the benchmark's instead: its test,
 test_family and validation workloads, and every other workload in train. The result depends
 only on the set of records and the config, not on their order.
+
+With `examples="samples"` the data are the `unmeasured` records instead: postprocessed random
+samples of the design spaces (`dragonlab collect --samples`), valid schedules that nobody timed.
+They make construction examples only (no latency orders them, so `top_k` of each workload are
+taken in a seeded order) and no refinement: a pre-training set that teaches how a schedule's
+decisions follow from the kernel's shapes, over many more shapes than search can afford to measure.
 
 `save` writes a Hugging Face `DatasetDict` (`save_to_disk`, plus one Parquet file per split
 under `data/`), the workloads the examples refer to (`workloads.jsonl`), the build's config
@@ -63,8 +69,8 @@ from dragonlab.learn.dataset_config import DatasetConfig
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, TASKS, construction_prompt, kernel_text, refinement_prompt
 from dragonlab.search import benchmark
 from dragonlab.search.benchmark import Benchmark
-from dragonlab.search.records import (BUILD_ERROR, FAILED, OK, RUN_ERROR, TIMEOUT, WRONG, Record, RecordStore,
-                                      trace_text)
+from dragonlab.search.records import (BUILD_ERROR, FAILED, OK, RUN_ERROR, TIMEOUT, UNMEASURED, WRONG, Record,
+                                      RecordStore, trace_text)
 
 SPLITS = ("train", "validation", "test", "test_family")
 FAILURES = (BUILD_ERROR, RUN_ERROR, FAILED, WRONG)
@@ -86,16 +92,16 @@ class Example:
     target: str
     input_script: str | None  # refinement: the script in the prompt
     input_latency: float | None  # seconds; refinement only
-    output_latency: float  # seconds, median of the completion's repeats
+    output_latency: float | None  # seconds, median of the completion's repeats; None for a sample
     speedup: float | None  # input_latency / output_latency; refinement only
     rank: int  # the completion's place among its workload's scripts, 0 = fastest
 
 
 @dataclass(frozen=True)
 class Script:
-    """One distinct ok trace of a (workload, target): its script and pooled latency."""
+    """One distinct ok (or unmeasured) trace of a (workload, target): its script and pooled latency."""
     text: str
-    latency: float  # seconds: median over every repeat of every record with this trace
+    latency: float | None  # seconds: median over every repeat of every record with this trace; None unmeasured
     records: int
 
 
@@ -148,10 +154,12 @@ def split_of(key: str, family: str, config: DatasetConfig, bench: Benchmark | No
 
 
 def scripts_by_group(workloads: dict[str, Workload], records: list[Record],
-                     skipped: Counter | None = None, *, design: bool = False) -> dict[tuple[str, str], list[Script]]:
+                     skipped: Counter | None = None, *, design: bool = False,
+                     unmeasured: bool = False) -> dict[tuple[str, str], list[Script]]:
     """(workload key, target) -> its usable scripts, fastest first (ties broken by text).
 
-    Usable: status ok, the workload is known, the trace encodes and round-trips exactly, and no
+    Usable: status ok (with `unmeasured`, status unmeasured instead: latency None, ordered by
+    text), the workload is known, the trace encodes and round-trips exactly, and no
     record of the same trace on the same workload and target failed. `skipped` counts the rest.
     With `design`, a script is a trace's design part (`codec.design_part`): records whose traces
     share it built the same kernel, so their latencies are pooled.
@@ -162,12 +170,13 @@ def scripts_by_group(workloads: dict[str, Workload], records: list[Record],
     counts: dict[tuple, Counter] = defaultdict(Counter)
     failing: dict[tuple, set[str]] = defaultdict(set)
     plains: dict[str, list] = {}  # canonical trace text -> the plain trace
+    usable = UNMEASURED if unmeasured else OK
     for r in records:
         group = (r.workload, r.target)
         if r.workload not in workloads:
             skipped["workload not stored"] += 1
             continue
-        if r.status != OK:
+        if r.status != usable:
             skipped[f"status {r.status}"] += 1
             if r.status in FAILURES:
                 try:
@@ -182,7 +191,7 @@ def scripts_by_group(workloads: dict[str, Workload], records: list[Record],
             continue
         text = trace_text(plain)
         plains.setdefault(text, plain)
-        latencies[group][text].extend(r.latencies)
+        latencies[group][text].extend(r.latencies or ())
         counts[group][text] += 1
     out: dict[tuple[str, str], list[Script]] = {}
     for group in sorted(latencies):
@@ -201,9 +210,9 @@ def scripts_by_group(workloads: dict[str, Workload], records: list[Record],
             if not exact:
                 skipped["does not round-trip"] += n
                 continue
-            scripts.append(Script(text, statistics.median(lats), n))
+            scripts.append(Script(text, statistics.median(lats) if lats else None, n))
         if scripts:
-            out[group] = sorted(scripts, key=lambda s: (s.latency, s.text))
+            out[group] = sorted(scripts, key=lambda s: (s.latency or 0.0, s.text))
     return out
 
 
@@ -251,7 +260,8 @@ def build(workloads: dict[str, Workload], records: list[Record], config: Dataset
     """Construction and refinement examples of every usable script, split by workload."""
     skipped = Counter()
     bench = benchmark.load(config.benchmark) if config.benchmark is not None else None
-    groups = scripts_by_group(workloads, records, skipped, design=config.scripts == "design")
+    samples = config.examples == "samples"
+    groups = scripts_by_group(workloads, records, skipped, design=config.scripts == "design", unmeasured=samples)
     families = {workloads[k].family for k, _ in groups}
     if config.holdout_family is not None and config.holdout_family not in families:
         raise InputError(f"holdout family {config.holdout_family!r}: no workload of that family has usable "
@@ -270,11 +280,13 @@ def build(workloads: dict[str, Workload], records: list[Record], config: Dataset
         common = dict(workload=key, name=w.name, family=w.family, target=target)
         new = []
         prompt = construction_prompt(kernel, target)
+        rng = random.Random(f"{config.seed}/{key}/{target}")
+        if samples:  # no latency ranks them: a seeded draw, and nothing to refine
+            scripts = rng.sample(scripts, min(config.top_k, len(scripts)))
         for rank, s in enumerate(scripts[:config.top_k]):
             new.append(Example(CONSTRUCTION, prompt, s.text, **common, input_script=None, input_latency=None,
                                output_latency=s.latency, speedup=None, rank=rank))
-        rng = random.Random(f"{config.seed}/{key}/{target}")
-        for i, j in refinement_pairs([s.latency for s in scripts], config, rng):
+        for i, j in [] if samples else refinement_pairs([s.latency for s in scripts], config, rng):
             a, b = scripts[i], scripts[j]
             new.append(Example(REFINEMENT, refinement_prompt(kernel, target, a.text), b.text, **common,
                                input_script=a.text, input_latency=a.latency, output_latency=b.latency,
@@ -456,12 +468,17 @@ def card(built: Built) -> str:
             f"completion:\n\n```\n{example.completion}\n```\n" if example else ""
     scripts = ("the design part of each trace (what comes before `postproc`; the target's post-processors "
                "write the rest)" if c.scripts == "design" else "whole traces, post-processing part included")
-    return f"""{header}# dragonlab schedule-script dataset
+    if c.examples == "samples":
+        tasks = f"""- **construction** only: prompt = task, target and the unscheduled kernel; completion = one of
+  {c.top_k} design-space samples of that workload and target, drawn in a seeded order. The samples
+  are postprocessed random schedules that MetaSchedule would have measured (`dragonlab collect
+  --samples`), never timed: valid structure, no latency. A pre-training set.
 
-Prompt/completion pairs that teach a model to write TVM MetaSchedule schedules as dragonlab
-scripts (`docs/codec.md`), built by `dragonlab dataset build` (`dragonlab/learn/dataset.py`).
-
-- **construction**: prompt = task, target and the unscheduled kernel; completion = one of the
+Kernel form in prompts: `{c.prompt_form}`. Scripts: `{c.scripts}`, {scripts}. Targets:
+{', '.join(targets)}. Only records with status `unmeasured` are data; a trace also recorded as
+failing is dropped; every completion decodes back to its trace{"'s design part" if c.scripts == "design" else ""} exactly."""
+    else:
+        tasks = f"""- **construction**: prompt = task, target and the unscheduled kernel; completion = one of the
   {c.top_k} fastest measured scripts of that workload and target.
 - **refinement**: prompt = task, target, kernel and a measured script; completion = a script of the
   same workload and target that ran at least {c.margin:.0%} faster (`output_latency <= input_latency x
@@ -471,7 +488,13 @@ scripts (`docs/codec.md`), built by `dragonlab dataset build` (`dragonlab/learn/
 Kernel form in prompts: `{c.prompt_form}`. Scripts: `{c.scripts}`, {scripts}. Targets:
 {', '.join(targets)}. Latencies are seconds, the median of the measured repeats. Only records with
 status `ok` are data; a trace also recorded as failing is dropped; every completion decodes back to
-its trace{"'s design part" if c.scripts == "design" else ""} exactly.
+its trace{"'s design part" if c.scripts == "design" else ""} exactly."""
+    return f"""{header}# dragonlab schedule-script dataset
+
+Prompt/completion pairs that teach a model to write TVM MetaSchedule schedules as dragonlab
+scripts (`docs/codec.md`), built by `dragonlab dataset build` (`dragonlab/learn/dataset.py`).
+
+{tasks}
 
 ## Splits
 
@@ -492,7 +515,7 @@ Search budget: {budget}. Records that became no data: {skipped}.
 
 {', '.join(f'`{k}` ({v})' for k, v in COLUMNS.items())}. `input_script`, `input_latency` and
 `speedup` are null for construction. `rank` is the completion's place among the workload's scripts
-by latency (0 = fastest). `workloads.jsonl` holds every workload's exact module (join on `workload`).
+by latency (0 = fastest; for samples, the order they were drawn in, and `output_latency` is null). `workloads.jsonl` holds every workload's exact module (join on `workload`).
 
 Load with `datasets.load_from_disk(DIR)`, or the Parquet files under `data/`.
 {shown}"""

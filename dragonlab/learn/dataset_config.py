@@ -16,6 +16,7 @@ from dragonlab.core.errors import InputError
 PROMPT_FORMS = ("compact", "tvmscript")  # how a prompt shows the kernel (dragonlab.learn.prompts)
 DEFAULT_FORM = "compact"
 SCRIPT_FORMS = ("design", "full")
+EXAMPLE_SOURCES = ("measured", "samples")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ class DatasetConfig:
         "help": "'design': scripts stop where post-processing starts, as MetaSchedule's search keeps them "
                 "(the target's post-processors write the rest, and the evaluator runs them); 'full': whole traces",
         "choices": SCRIPT_FORMS})
+    examples: str = field(default="measured", metadata={
+        "help": "'measured': construction and refinement examples from ok records, by latency; 'samples': "
+                "construction examples only, from unmeasured design-space samples (`collect --samples`), top_k "
+                "per workload in a seeded order: cheap structural data for pre-training",
+        "choices": EXAMPLE_SOURCES})
     validation: float = field(default=0.1, metadata={"help": "share of workloads in the validation split",
                                                      "range": "[0, 1)"})
     test: float = field(default=0.1, metadata={"help": "share of workloads in the test split", "range": "[0, 1)"})

@@ -6,6 +6,7 @@ import json
 import random
 import re
 import shutil
+from collections import Counter
 
 import datasets
 import pytest
@@ -232,6 +233,34 @@ def test_failed_timeout_and_unmeasured_records_never_become_data(collected, tmp_
     flaky_design = codec.encode(codec.design_part(codec.to_plain(best.trace)))
     assert all(flaky_design not in (x["completion"], x["input_script"])
                for x in rows(datasets.load_from_disk(str(tmp_path / "d"))))
+
+
+def test_samples_make_construction_examples_of_unmeasured_traces_only(collected, tmp_path):
+    """`--examples samples`: the pre-training set. Every completion is the design part of one of
+    the store's unmeasured samples, at most top_k per workload, with no latency; the measured
+    records in the same store are left out, and no refinement is made."""
+    from dragonlab.search.collect import collect_samples
+
+    store = RecordStore(tmp_path / "samples", create=True)
+    workloads = list(RecordStore(collected[0]).workloads().values())
+    assert collect_samples(workloads, get_target("cpu"), store, 6, progress=False) > len(workloads)
+    samples = {}
+    for r in store.records():
+        samples.setdefault(r.workload, set()).add(trace_text(codec.design_part(codec.to_plain(r.trace))))
+    args = ["dataset", "build", "--records", str(collected[0]), str(store.root), "--examples", "samples",
+            "--top-k", "3", "--validation", "0", "--test", "0"]  # measured records given too
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    r = rows(datasets.load_from_disk(str(tmp_path / "a")))
+    assert {x["task"] for x in r} == {CONSTRUCTION} and {x["workload"] for x in r} == set(samples)
+    for x in r:
+        plain = codec.decode(x["completion"])
+        assert trace_text(plain) in samples[x["workload"]] and codec.encode(plain) == x["completion"]
+        assert x["output_latency"] is None
+    per_workload = Counter(x["workload"] for x in r)
+    assert all(n == min(3, len(samples[k])) for k, n in per_workload.items())
+    assert "design-space samples" in (tmp_path / "a" / "README.md").read_text()
+    assert main([*args, "--out", str(tmp_path / "b")]) == 0  # seeded: the same draw again
+    assert rows(datasets.load_from_disk(str(tmp_path / "b"))) == r
 
 
 @pytest.mark.parametrize("case, message", [
