@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dragonlab.core import fields
@@ -45,6 +45,10 @@ SAMPLING = ("random", "group_by_length")
 @dataclass(frozen=True)
 class SFTConfig:
     preset: str = field(default="scratch-small", metadata={"help": "a preset of dragonlab.learn.models or a local checkpoint"})
+    full_finetune: bool = field(default=False, metadata={
+        "help": "train every weight, with no LoRA adapters (which a local checkpoint gets otherwise): how a "
+                "scratch model pre-trained on design-space samples (dataset build --examples samples) "
+                "continues on measured data"})
     max_steps: int | None = field(default=None, metadata={"help": "optimizer steps; None = the preset's",
                                                           "range": "> 0"})
     learning_rate: float | None = field(default=None, metadata={"help": "peak learning rate; None = the preset's",
@@ -110,6 +114,8 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     if "train" not in dsd:
         raise InputError(f"{data}: the dataset has no train split")
     preset = models.get_preset(config.preset)
+    if config.full_finetune:
+        preset = replace(preset, lora=None)
     train = dsd["train"]
     if config.train_workloads is not None:
         try:

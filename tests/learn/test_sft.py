@@ -132,6 +132,21 @@ def test_smollm2_lora_trains_a_few_steps_offline(data, tmp_path, monkeypatch):
     assert isinstance(script, str)
 
 
+def test_a_local_scratch_model_continues_with_every_weight_when_asked(tiny, data, tmp_path):
+    """A model pre-trained here (on design-space samples, say) goes on training as a whole model,
+    with its own tokenizer, instead of getting LoRA adapters."""
+    import torch
+
+    start = tiny[0].model_dir
+    run = train(data, tmp_path / "run", SFTConfig(preset=str(start), full_finetune=True, max_steps=2,
+                                                  batch_size=2, learning_rate=1e-3, logging_steps=1), progress=False)
+    assert (run.model_dir / "config.json").is_file() and not (run.model_dir / "adapter_config.json").exists()
+    (before, tok0), (after, tok1) = models.load(start), models.load(run.model_dir)
+    assert tok1.get_vocab() == tok0.get_vocab()
+    changed = [n for n, p in after.named_parameters() if not torch.equal(p, dict(before.named_parameters())[n])]
+    assert len(changed) == len(list(after.parameters()))  # every weight trained (embeddings tied to the head)
+
+
 def test_batches_are_drawn_as_the_config_or_else_the_preset_says(tmp_path):
     from dragonlab.learn.sft import trainer_arguments
 
