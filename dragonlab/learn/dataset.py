@@ -300,7 +300,7 @@ def build(workloads: dict[str, Workload], records: list[Record], config: Dataset
     for split in SPLITS:
         examples[split].sort(key=lambda e: (e.family, e.name, e.target, TASKS.index(e.task), e.rank,
                                             e.input_latency or 0.0, e.prompt))
-    measured = Counter((r.workload, r.target) for r in records if r.status != TIMEOUT)
+    measured = Counter((r.workload, r.target) for r in records if r.status not in (TIMEOUT, UNMEASURED))
     sizes = sorted(measured.values())
     budget = ({"groups": len(sizes), "min": sizes[0], "median": statistics.median(sizes), "max": sizes[-1]}
               if sizes else {})
@@ -461,7 +461,7 @@ def card(built: Built) -> str:
                         for s in built.sources) or "- (records given in memory)"
     b = built.budget
     budget = (f"{b['min']} to {b['max']} measured candidates per workload and target (median {b['median']}, "
-              f"{b['groups']} workload/target pairs; timeouts not counted)") if b else "unknown"
+              f"{b['groups']} workload/target pairs; timeouts and unmeasured samples not counted)") if b else "unknown"
     skipped = ", ".join(f"{k}: {v}" for k, v in sorted(built.skipped.items())) or "none"
     example = next((e for s in SPLITS for e in built.examples[s]), None)
     shown = f"\n## An example ({example.task}, {example.name})\n\nprompt:\n\n```\n{example.prompt}```\n\n" \
