@@ -30,7 +30,8 @@ Splits are by workload key (the structural hash), so no workload is on two sides
 `validation`, in test below `validation + test`, else in train. All workloads of
 `holdout_family` go to `test_family` instead. With a `benchmark` file (`dragonlab.search.benchmark`;
 a shipped corpus has one beside its records) the splits are the benchmark's instead: its test,
-test_family and validation workloads, and every other workload in train. The result depends
+test_family and validation workloads, and every other workload in train, except a workload of a
+held-out family that the benchmark does not list (a shape from another suite): it is left out. The result depends
 only on the set of records and the config, not on their order.
 
 With `examples="samples"` the data are the `unmeasured` records instead: postprocessed random
@@ -275,6 +276,11 @@ def build(workloads: dict[str, Workload], records: list[Record], config: Dataset
     split_map: dict[str, str] = {}
     for (key, target), scripts in groups.items():
         w = workloads[key]
+        if bench is not None and bench.split_of(key) is None and benchmark.op_family(w) in bench.held_out_families:
+            # A shape of a held-out family that the benchmark does not list (records from another
+            # suite, or samples of more shapes): never train, and not judged either.
+            skipped["held-out family, not in the benchmark"] += sum(s.records for s in scripts)
+            continue
         split = split_map.setdefault(key, split_of(key, w.family, config, bench))
         kernel = kernels.setdefault(key, kernel_text(w, config.prompt_form))
         common = dict(workload=key, name=w.name, family=w.family, target=target)

@@ -5,6 +5,7 @@ import json
 import re
 import shutil
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import datasets
@@ -111,6 +112,24 @@ def test_dataset_build_takes_the_benchmark_shipped_beside_the_records(collected,
     assert main(["dataset", "build", "--records", str(shipped), "--out", str(hashed), "--no-benchmark",
                  "--validation", "0", "--test", "0"]) == 0
     assert set(datasets.load_from_disk(str(hashed))) == {"train"}
+
+
+def test_a_held_out_familys_workload_the_benchmark_does_not_list_is_never_trained_on(collected, tiny_stores,
+                                                                                    tmp_path, capsys):
+    """Records of more shapes than the benchmark was drawn from (another suite, design-space
+    samples): a shape of a held-out family must not land in train because the benchmark does
+    not name it."""
+    bench = _tiny_benchmark(collected, tiny_stores)
+    bench = replace(bench, held_out_families=("reduce_row", "softmax"))  # softmax held out, listed nowhere
+    path = tmp_path / "b.json"
+    benchmark.save(bench, path)
+    out = tmp_path / "ds"
+    assert main(["dataset", "build", "--records", *map(str, tiny_stores), "--out", str(out), "--benchmark",
+                 str(path)]) == 0
+    assert "held-out family, not in the benchmark" in capsys.readouterr().out
+    workloads = {r["workload"] for ds in datasets.load_from_disk(str(out)).values() for r in ds.to_list()}
+    matmul, softmax = collected[1]
+    assert softmax.key not in workloads and matmul.key in workloads
 
 
 def test_a_benchmark_with_a_held_out_family_option_is_one_clear_error(collected, tiny_stores, tmp_path, capsys):
