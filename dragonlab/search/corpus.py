@@ -76,7 +76,17 @@ def card(root: str | os.PathLike, *, title: str | None = None, dataset: str | No
     if bench_path is not None:
         b = load(bench_path)
         reached = {t: sum(done.get((k, "cpu"), 0) >= t for k in keys) for t, keys in b.search.items()}
-        budgets = "; ".join(f"{len(keys)} workloads to {t} trials ({reached[t]} reached)"
+
+        def measured(k: str) -> int:
+            return sum(by_key[k].values()) - by_key[k][TIMEOUT]
+
+        def smaller(t: int, keys) -> str:  # searches that ended with their design space, below the budget
+            early = sorted((workloads[k].name, measured(k)) for k in keys
+                           if done.get((k, "cpu"), 0) >= t and k in workloads and measured(k) < t)
+            return (f"; {len(early)} of them ended at their design space's size: "
+                    + ", ".join(f"`{name}` {n}" for name, n in early)) if early else ""
+
+        budgets = "; ".join(f"{len(keys)} workloads to {t} trials ({reached[t]} reached{smaller(t, keys)})"
                             for t, keys in sorted(b.search.items(), reverse=True))
         bench_text = (f"`benchmark.json` fixes the benchmark `{b.name}`: {len(b.splits['test'])} test workloads "
                       f"(unseen shapes of trained families), {len(b.splits['test_family'])} test_family workloads "

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from dragonlab.testing.cluster import free_port
@@ -215,6 +216,13 @@ def test_benchmark_search_continues_each_judged_workload_to_its_budget(collected
     assert f"Checked so far: 0 of {len([r for r in s.records() if r.status == 'ok'])} measured `ok` records" in text
     assert "## Dataset" in text and "the benchmark's splits" in text  # what dataset build makes of it
     assert "| test | 1 | 4 | 16 |" in text and "| test_family | 1 | 4 | 16 |" in text and "| train | 0 | 0 | 0 |" in text
+    # A search that ran out of distinct candidates is done below its budget: the card names it.
+    save(replace(bench, search={10: (matmul.key,), 12: (softmax.key,)}), store / "benchmark.json")
+    s.mark_done(softmax.key, "cpu", 12)  # what collect writes when the design space is exhausted
+    assert main(["records", "card", str(store)]) == 0
+    assert (f"1 workloads to 12 trials (1 reached; 1 of them ended at their design space's size: `{softmax.name}` 9)"
+            in (store / "README.md").read_text())
+    save(bench, store / "benchmark.json")
     capsys.readouterr()
     assert main([*args[:-2], "--trials", "4"]) == 2
     assert "leave out --trials" in capsys.readouterr().err
