@@ -48,7 +48,7 @@ def test_paper_dry_run_passes_and_prints_the_estimate(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("change, message", [
-    (("[sft]", "[sft]\nbogus = 1"), r"\[sft\] bogus: unknown key; known: preset, max_steps"),
+    (("[sft]", "[sft]\nbogus = 1"), r"\[sft\] bogus: unknown key; known: preset, full_finetune, max_steps"),
     (("[dry_run]", "[dryrun]"), r"dryrun: unknown section or key; known: out, \[collect\]"),
     (("max_steps = 8000", "max_steps = -3"), r"\[sft\] max_steps: expected a positive integer, got -3"),
     (("max_steps = 8000", 'max_steps = "many"'), r"\[sft\] max_steps: expected a positive integer, got 'many'"),

@@ -151,6 +151,7 @@ def _lora_check(c: Campaign, _) -> Check:
 
     preset = models.PRESETS.get(c.sft.preset)
     applied = preset.lora if preset is not None else models.LORA_DEFAULTS  # a local checkpoint
+    applied = None if c.sft.full_finetune else applied  # sft --full-finetune drops the adapters
     applied = dict(applied, target_modules=list(applied["target_modules"])) if applied else None
     wanted = c.sft.lora.peft() if c.sft.lora else None
     if wanted is None and applied is None:
