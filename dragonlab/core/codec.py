@@ -282,23 +282,17 @@ def apply(script_or_plain, mod, *, seed: int = 1):
     """A fresh `Schedule(mod)` with a script (or a plain JSON form, or a Trace) replayed on it.
     A tensorize names an intrinsic that only `tvm.s_tir.tensor_intrin` registers, so that is
     imported the first time one is missing (`dragonlab.core.tensor_intrinsics`)."""
-    import sys
-
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
     plain = decode(script_or_plain) if isinstance(script_or_plain, str) else to_plain(script_or_plain)
-    sch = Schedule(mod, seed=seed)
-    try:
-        Trace.apply_json_to_schedule(plain, sch)
-    except Exception as e:
-        if "TensorIntrin" not in str(e) or tensor_intrinsics.MODULE in sys.modules:
-            raise
-        tensor_intrinsics.load()
 
+    def replayed():
         sch = Schedule(mod, seed=seed)
         Trace.apply_json_to_schedule(plain, sch)
-    return sch
+        return sch
+
+    return tensor_intrinsics.retrying(replayed)
 
 
 def _imap_text(graph: str, ctx: str) -> str:

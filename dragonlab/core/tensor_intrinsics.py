@@ -20,6 +20,10 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 MODULE = "tvm.s_tir.tensor_intrin"
 _LINES_READ = 3  # frames whose source line TVMScript may read: its own, its caller's, and the one above
@@ -39,6 +43,19 @@ def load() -> None:
             __import__(MODULE)
         finally:
             inspect.stack = original
+
+
+def retrying(call: Callable[[], T]) -> T:
+    """`call()`, and once more after `load()` if it failed for want of a tensor intrinsic (a
+    tensorize in a trace names one that only TVM's module registers): the import is paid only by
+    what needs it."""
+    try:
+        return call()
+    except Exception as e:
+        if "TensorIntrin" not in str(e) or MODULE in sys.modules:
+            raise
+    load()
+    return call()
 
 
 def _stack(context: int = 1) -> list[inspect.FrameInfo]:

@@ -56,15 +56,7 @@ def read_database(path: Path) -> tuple[list[Workload], list[Record]]:
         return db.get_all_tuning_records()
 
     try:
-        try:
-            tuning_records = open_db()
-        except Exception as e:
-            if "TensorIntrin" not in str(e):
-                raise
-            # Tensor-core traces name intrinsics that only TVM's tensor_intrin module registers.
-            tensor_intrinsics.load()
-
-            tuning_records = open_db()
+        tuning_records = tensor_intrinsics.retrying(open_db)  # tensor-core traces name TVM's intrinsics
     except Exception as e:  # TVM raises its own error types from C++ parsing
         raise RecordFormatError(f"{path}: not a readable MetaSchedule database: "
                                 f"{one_line(e, last=True, typed=False)}") from None

@@ -39,3 +39,24 @@ def test_the_stack_is_lent_for_the_import_only(body, tmp_path, monkeypatch):
         assert sys.modules["fake_intrinsics"].SEEN is tensor_intrinsics._stack
         tensor_intrinsics.load()  # loaded: nothing to do
     assert inspect.stack is stack
+
+
+def test_a_call_that_misses_an_intrinsic_is_retried_once_after_the_import(tmp_path, monkeypatch):
+    (tmp_path / "fake_intrinsics.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(tensor_intrinsics, "MODULE", "fake_intrinsics")
+    monkeypatch.delitem(sys.modules, "fake_intrinsics", raising=False)
+    calls = []
+
+    def needs_intrinsics():
+        calls.append("fake_intrinsics" in sys.modules)
+        if not calls[-1]:
+            raise ValueError("TensorIntrin 'wmma_sync' is not registered")
+        return "applied"
+
+    with pytest.raises(ValueError, match="bad trace"):  # any other error: no import, no retry
+        tensor_intrinsics.retrying(lambda: (_ for _ in ()).throw(ValueError("bad trace")))
+    assert "fake_intrinsics" not in sys.modules
+    assert tensor_intrinsics.retrying(needs_intrinsics) == "applied" and calls == [False, True]
+    with pytest.raises(ValueError, match="TensorIntrin"):  # loaded and still missing: TVM's error stands
+        tensor_intrinsics.retrying(lambda: (_ for _ in ()).throw(ValueError("TensorIntrin 'x' is not registered")))
