@@ -31,8 +31,8 @@ Splits are by workload key (the structural hash), so no workload is on two sides
 `holdout_family` go to `test_family` instead. With a `benchmark` file (`dragonlab.search.benchmark`;
 a shipped corpus has one beside its records) the splits are the benchmark's instead: its test,
 test_family and validation workloads, and every other workload in train, except a workload of a
-held-out family that the benchmark does not list (a shape from another suite): it is left out. The result depends
-only on the set of records and the config, not on their order.
+held-out family that the benchmark does not list (a shape from another suite): it is left out.
+The result depends only on the set of records and the config, not on their order.
 
 With `examples="samples"` the data are the `unmeasured` records instead: postprocessed random
 samples of the design spaces (`dragonlab collect --samples`), valid schedules that nobody timed.
@@ -478,29 +478,26 @@ def card(built: Built) -> str:
         tasks = f"""- **construction** only: prompt = task, target and the unscheduled kernel; completion = one of
   {c.top_k} design-space samples of that workload and target, drawn in a seeded order. The samples
   are postprocessed random schedules that MetaSchedule would have measured (`dragonlab collect
-  --samples`), never timed: valid structure, no latency. A pre-training set.
-
-Kernel form in prompts: `{c.prompt_form}`. Scripts: `{c.scripts}`, {scripts}. Targets:
-{', '.join(targets)}. Only records with status `unmeasured` are data; a trace also recorded as
-failing is dropped; every completion decodes back to its trace{"'s design part" if c.scripts == "design" else ""} exactly."""
+  --samples`), never timed: valid structure, no latency. A pre-training set."""
+        data = "Only records with status `unmeasured` are data"
     else:
         tasks = f"""- **construction**: prompt = task, target and the unscheduled kernel; completion = one of the
   {c.top_k} fastest measured scripts of that workload and target.
 - **refinement**: prompt = task, target, kernel and a measured script; completion = a script of the
   same workload and target that ran at least {c.margin:.0%} faster (`output_latency <= input_latency x
   {1 - c.margin:.2f}`). Inputs drawn from {c.strata} latency-quantile bins, at most {c.pairs_per_workload}
-  pairs per workload and target.
-
-Kernel form in prompts: `{c.prompt_form}`. Scripts: `{c.scripts}`, {scripts}. Targets:
-{', '.join(targets)}. Latencies are seconds, the median of the measured repeats. Only records with
-status `ok` are data; a trace also recorded as failing is dropped; every completion decodes back to
-its trace{"'s design part" if c.scripts == "design" else ""} exactly."""
+  pairs per workload and target."""
+        data = "Latencies are seconds, the median of the measured repeats. Only records with status `ok` are data"
     return f"""{header}# dragonlab schedule-script dataset
 
 Prompt/completion pairs that teach a model to write TVM MetaSchedule schedules as dragonlab
 scripts (`docs/codec.md`), built by `dragonlab dataset build` (`dragonlab/learn/dataset.py`).
 
 {tasks}
+
+Kernel form in prompts: `{c.prompt_form}`. Scripts: `{c.scripts}`, {scripts}. Targets:
+{', '.join(targets)}. {data}; a trace also recorded as failing is dropped; every completion decodes
+back to its trace{"'s design part" if c.scripts == "design" else ""} exactly.
 
 ## Splits
 
@@ -521,7 +518,8 @@ Search budget: {budget}. Records that became no data: {skipped}.
 
 {', '.join(f'`{k}` ({v})' for k, v in COLUMNS.items())}. `input_script`, `input_latency` and
 `speedup` are null for construction. `rank` is the completion's place among the workload's scripts
-by latency (0 = fastest; for samples, the order they were drawn in, and `output_latency` is null). `workloads.jsonl` holds every workload's exact module (join on `workload`).
+by latency (0 = fastest; for samples, the order they were drawn in, and `output_latency` is null).
+`workloads.jsonl` holds every workload's exact module (join on `workload`).
 
 Load with `datasets.load_from_disk(DIR)`, or the Parquet files under `data/`.
 {shown}"""
