@@ -80,6 +80,15 @@ def get_preset(name_or_path: str) -> Preset:
                      "or a local Hugging Face checkpoint directory (with config.json)")
 
 
+def lora_applied(name_or_path: str, *, full_finetune: bool = False) -> dict | None:
+    """The LoRA settings `dragonlab sft` gives this preset (None: every weight trains). A local
+    checkpoint gets LORA_DEFAULTS unless `full_finetune`; it need not exist on this machine (a
+    campaign's dry-run checks a cluster's path)."""
+    if full_finetune:
+        return None
+    return PRESETS[name_or_path].lora if name_or_path in PRESETS else LORA_DEFAULTS
+
+
 def train_tokenizer(texts, vocab_size: int):
     """A byte-level BPE tokenizer for kernels and scripts, wrapped for transformers."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -113,9 +113,8 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
     dsd, workloads = dataset.load(data)
     if "train" not in dsd:
         raise InputError(f"{data}: the dataset has no train split")
-    preset = models.get_preset(config.preset)
-    if config.full_finetune:
-        preset = replace(preset, lora=None)
+    preset = replace(models.get_preset(config.preset),
+                     lora=models.lora_applied(config.preset, full_finetune=config.full_finetune))
     train = dsd["train"]
     if config.train_workloads is not None:
         try:

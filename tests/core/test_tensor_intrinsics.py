@@ -54,9 +54,14 @@ def test_a_call_that_misses_an_intrinsic_is_retried_once_after_the_import(tmp_pa
             raise ValueError("TensorIntrin 'wmma_sync' is not registered")
         return "applied"
 
+    def fails(message):
+        def call():
+            raise ValueError(message)
+        return call
+
     with pytest.raises(ValueError, match="bad trace"):  # any other error: no import, no retry
-        tensor_intrinsics.retrying(lambda: (_ for _ in ()).throw(ValueError("bad trace")))
+        tensor_intrinsics.retrying(fails("bad trace"))
     assert "fake_intrinsics" not in sys.modules
     assert tensor_intrinsics.retrying(needs_intrinsics) == "applied" and calls == [False, True]
     with pytest.raises(ValueError, match="TensorIntrin"):  # loaded and still missing: TVM's error stands
-        tensor_intrinsics.retrying(lambda: (_ for _ in ()).throw(ValueError("TensorIntrin 'x' is not registered")))
+        tensor_intrinsics.retrying(fails("TensorIntrin 'x' is not registered"))

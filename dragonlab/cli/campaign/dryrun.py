@@ -149,9 +149,7 @@ def _lora_check(c: Campaign, _) -> Check:
     """The campaign's LoRA is the one `dragonlab sft` applies to this model (models.py decides it)."""
     from dragonlab.learn import models
 
-    preset = models.PRESETS.get(c.sft.preset)
-    applied = preset.lora if preset is not None else models.LORA_DEFAULTS  # a local checkpoint
-    applied = None if c.sft.full_finetune else applied  # sft --full-finetune drops the adapters
+    applied = models.lora_applied(c.sft.preset, full_finetune=c.sft.full_finetune)
     applied = dict(applied, target_modules=list(applied["target_modules"])) if applied else None
     wanted = c.sft.lora.peft() if c.sft.lora else None
     if wanted is None and applied is None:
