@@ -27,7 +27,8 @@ def add_tune(sub, name: str, help: str):
                             "tune_relax with the model's number of measurements and with --budget. Writes "
                             "OUT/tune.json and OUT/tune.html; rerunning the same command resumes.")
     c.add_argument("--model", required=True, metavar="FILE.py:FUNCTION",
-                   help="FUNCTION() returns (torch.nn.Module, example_inputs)")
+                   help="FUNCTION() returns (torch.nn.Module, example_inputs); or a network of the repository: "
+                        "resnet, mobilenet, transformer_block, mlp (the standard suite's)")
     c.add_argument("--dragon", type=Path, required=True,
                    help="the schedule-writing model: a model directory (sft's or rl's OUT/model)")
     c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")

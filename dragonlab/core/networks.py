@@ -157,6 +157,17 @@ def network_workloads(mod: tvm.IRModule, prefix: str, *, target=None) -> list[Wo
     return workloads
 
 
+def build_model(model: str):
+    """One of `MODELS` as (torch.nn.Module, example input), its weights drawn from seed 0: the network
+    the standard suite's tasks come from."""
+    import torch
+
+    if model not in MODELS:
+        raise InputError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")
+    torch.manual_seed(0)
+    return MODELS[model]()
+
+
 def extract_model_workloads(model: str = "mlp", *, target=None) -> list[Workload]:
     """The MetaSchedule tuning tasks of one of `MODELS`, imported through Relax.
 
@@ -165,12 +176,7 @@ def extract_model_workloads(model: str = "mlp", *, target=None) -> list[Workload
     `tvm.target.Target`, a target dict, or a dragonlab target name; llvm with 2 cores by default.
     Workloads are sorted by task name; `weight` is how often the task occurs in the model.
     """
-    import torch
-
-    if model not in MODELS:
-        raise InputError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")
-    torch.manual_seed(0)
-    net, example = MODELS[model]()
+    net, example = build_model(model)
     mod, _ = import_torch(net, (example,), name=model, target=target)
     return network_workloads(mod, model, target=target)
 

@@ -25,7 +25,8 @@ import tvm
 
 from dragonlab.core.errors import InputError, one_line
 from dragonlab.core.jsonl import write_atomic
-from dragonlab.core.networks import UnsupportedNetworkError, import_torch, network_workloads, tvm_target
+from dragonlab.core.networks import (MODELS, UnsupportedNetworkError, build_model, import_torch, network_workloads,
+                                     tvm_target)
 from dragonlab.core.workload import Workload
 from dragonlab.tune.replay import flat_outputs
 
@@ -76,11 +77,14 @@ def from_relax(mod: tvm.IRModule, params=(), *, name: str = "network") -> Networ
 
 
 def load(spec: str, *, target=None) -> Network:
-    """`FILE.py:FUNCTION`, where FUNCTION() returns (torch.nn.Module, example_inputs). The file is
-    the user's own code and runs as Python, as `torch.export` would run it."""
+    """`FILE.py:FUNCTION`, where FUNCTION() returns (torch.nn.Module, example_inputs), or the name of
+    one of the repository's networks (`dragonlab.core.networks.MODELS`: the standard suite's). The
+    file is the user's own code and runs as Python, as `torch.export` would run it."""
+    if spec in MODELS:
+        return from_torch(*build_model(spec), name=spec, target=target)
     path, sep, function = spec.rpartition(":")
     if not sep or not path.endswith(".py") or not _NAME.fullmatch(function):
-        raise InputError(f"--model {spec!r}: expected FILE.py:FUNCTION")
+        raise InputError(f"--model {spec!r}: expected FILE.py:FUNCTION or one of {', '.join(MODELS)}")
     file = Path(path)
     if not file.is_file():
         raise InputError(f"--model {spec!r}: {file} is not a file")

@@ -75,6 +75,22 @@ def test_a_network_that_does_not_import_or_a_missing_model_is_named(spec, messag
     assert not (tmp_path / "run").exists()
 
 
+def test_a_network_of_the_repository_loads_by_name_with_the_suites_weights_and_tasks():
+    """`--model mlp` is the network the standard suite's `mlp` tasks come from: same weights
+    (seed 0, whatever the global seed), same task keys."""
+    import numpy as np
+    import torch
+
+    from dragonlab.core.networks import extract_model_workloads
+    from dragonlab.tune.network import load
+
+    torch.manual_seed(123)
+    net, again = load("mlp"), load("mlp")
+    assert net.name == "mlp" and net.inputs == (([8, 64], "float32"),)
+    assert all(np.array_equal(a, b) for a, b in zip(net.params, again.params, strict=True))
+    assert [w.key for w in net.workloads("cpu")] == [w.key for w in extract_model_workloads("mlp")]
+
+
 def test_a_relax_module_is_checked_against_its_untuned_build_and_torch_against_eager(tmp_path):
     """The reference a build is checked against: PyTorch eager for a torch network; TVM's
     untuned build for a Relax module given as it is. On the same network, they agree."""
