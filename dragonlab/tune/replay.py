@@ -14,6 +14,8 @@ and `expected<s>_<k>` (output k of the reference on input set s).
 
 from __future__ import annotations
 
+import os
+
 
 def write_database(entries: list, target_config: dict, out: str, *, progress) -> int:
     """`entries`: [(task module JSON, plain trace, latencies)]; writes `out` (a new directory)."""
@@ -41,7 +43,8 @@ def write_database(entries: list, target_config: dict, out: str, *, progress) ->
 
 
 def build_network(mod_json: str, database: str | None, target_config: dict, artifact: str, *, progress) -> str:
-    """Build the network with `database` (None: no tuned task) into the library `artifact`."""
+    """Build the network with `database` (None: no tuned task) into the library `artifact`,
+    which appears whole or not at all."""
     import tvm.s_tir.meta_schedule as ms
     from tvm.target import Target
     from tvm_ffi.serialization import from_json_graph_str
@@ -50,7 +53,9 @@ def build_network(mod_json: str, database: str | None, target_config: dict, arti
     db = (ms.database.JSONDatabase(work_dir=database, allow_missing=False) if database
           else ms.database.MemoryDatabase())
     executable = ms.relax_integration.compile_relax(db, from_json_graph_str(mod_json), Target(target_config), None)
-    executable.export_library(artifact)
+    partial = f"{artifact}.partial.so"
+    executable.export_library(partial)
+    os.replace(partial, artifact)
     return artifact
 
 

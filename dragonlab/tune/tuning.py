@@ -316,24 +316,35 @@ def _retime(workloads: list[Workload], chosen: dict, attempts: list, evaluator, 
 
 def _networks(network: Network, workloads: list[Workload], spec, chosen: dict, evaluator, out: Path, data: Path,
               config: TuneConfig, progress: bool) -> list[SystemResult]:
-    """Each system's build of the network, checked and timed (`networks.jsonl`: one line per
-    system as it is measured, with what was measured; the rest of a SystemResult is derived)."""
+    """Each system's build of the network, checked, then timed (`networks.jsonl`: one line per
+    system with what was measured; the rest of a SystemResult is derived).
+
+    The builds are timed in turn, one repeat of each per round, so that a slow spell of the
+    machine (seconds long, and as large as a microsecond network's differences) falls on every
+    build alike rather than on whichever was timed during it. A run killed before its timings are
+    written times every build not yet in the log again, together."""
     log = out / "networks.jsonl"
     done = {s.system: s for s in read_lines(log, lambda d: SystemResult(**{
         k: tuple(v) if k == "latencies" and v else v for k, v in d.items() if k in MEASURED}))} if log.exists() else {}
     systems = [UNTUNED, *chosen]
+    todo = [s for s in systems if s not in done]
     mod_json = module_json(network.mod)
-    with progress_bar(total=len(systems), initial=sum(s in done for s in systems), unit="build",
-                      desc=f"{network.name} builds", progress=progress) as bar:
-        for system in systems:
-            if system in done:
-                continue
+    checked = {}  # system -> (its build, max_error): ready to time
+    with progress_bar(total=len(todo), unit="build", desc=f"{network.name} builds", progress=progress) as bar:
+        for system in todo:
             database = None
             if system != UNTUNED and chosen[system]:
                 database = _database(out / "databases" / system, workloads, chosen[system], spec, evaluator)
-            done[system] = _measure(system, mod_json, database, spec, evaluator, out, data, config)
-            append_lines(log, [{k: v for k, v in asdict(done[system]).items() if k in MEASURED}])
+            built = _build_and_check(system, mod_json, database, spec, evaluator, out, data, config)
+            if isinstance(built, SystemResult):  # it stopped before timing
+                done[system] = built
+                append_lines(log, [{k: v for k, v in asdict(built).items() if k in MEASURED}])
+            else:
+                checked[system] = built
             bar.update()
+    timed = _time_in_turn(network.name, checked, spec, evaluator, data, config, progress)
+    append_lines(log, [{k: v for k, v in asdict(timed[s]).items() if k in MEASURED} for s in checked])
+    done.update(timed)
     return [done[s] for s in systems]
 
 
@@ -354,14 +365,17 @@ def _database(path: Path, workloads: list[Workload], chosen: dict, spec, evaluat
     return path
 
 
-def _measure(system: str, mod_json: str, database: Path | None, spec, evaluator, out: Path, data: Path,
-             config: TuneConfig) -> SystemResult:
+def _build_and_check(system: str, mod_json: str, database: Path | None, spec, evaluator, out: Path, data: Path,
+                     config: TuneConfig) -> tuple[Path, float | None] | SystemResult:
+    """The system's build (`builds/<system>.so`, kept: a resumed run does not build it again)
+    and the worst error of its outputs; or where it stopped, as a SystemResult."""
     artifact = out / "builds" / f"{system}.so"
     artifact.parent.mkdir(parents=True, exist_ok=True)
-    (built,) = evaluator.pool.map(build_network, [(mod_json, str(database) if database else None, spec.config,
-                                                   str(artifact))], timeout_sec=BUILD_SEC)
-    if isinstance(built, (WorkerError, RemoteError)):
-        return SystemResult(system, "build", one_line(built, last=True, typed=False))
+    if not artifact.is_file():
+        (built,) = evaluator.pool.map(build_network, [(mod_json, str(database) if database else None, spec.config,
+                                                       str(artifact))], timeout_sec=BUILD_SEC)
+        if isinstance(built, (WorkerError, RemoteError)):
+            return SystemResult(system, "build", one_line(built, last=True, typed=False))
     (checked,) = evaluator.kernels.map(check_network, [(str(artifact), str(data), spec.config, config.checks)])
     if isinstance(checked, (WorkerError, RemoteError)):
         return SystemResult(system, "run", one_line(checked, last=True, typed=False))
@@ -370,13 +384,35 @@ def _measure(system: str, mod_json: str, database: Path | None, spec, evaluator,
         return SystemResult(system, "run", "the worker answered with malformed data")
     if stage != "time":
         return SystemResult(system, stage, str(reason)[:300], max_error=error)
+    return artifact, error
+
+
+def _time_in_turn(name: str, checked: dict, spec, evaluator, data: Path, config: TuneConfig,
+                  progress: bool) -> dict[str, SystemResult]:
+    """`config.measure.repeat` rounds, each timing one repeat of every build in `checked`
+    (system -> (build, max_error)) in turn; a build whose timing fails stops at "time"."""
     m = config.measure
+    latencies, stopped = {system: [] for system in checked}, {}
+    with progress_bar(total=m.repeat * len(checked), unit="repeat", desc=f"{name} timing", progress=progress) as bar:
+        for _ in range(m.repeat):
+            for system, (artifact, _) in checked.items():
+                if system not in stopped:
+                    stopped |= _time_once(system, artifact, latencies[system], spec, evaluator, data, m)
+                bar.update()
+    return {system: SystemResult(system, "time", stopped[system], max_error=error) if system in stopped
+            else SystemResult(system, "ok", None, tuple(latencies[system]), error)
+            for system, (_, error) in checked.items()}
+
+
+def _time_once(system: str, artifact: Path, latencies: list, spec, evaluator, data: Path, m) -> dict[str, str]:
+    """One repeat of the build, appended to `latencies`; {system: why} when it failed."""
     try:
         with evaluator.timing_lock:
-            timed = evaluator.timer.call(time_network, str(artifact), str(data), spec.config, m.number, m.repeat,
+            timed = evaluator.timer.call(time_network, str(artifact), str(data), spec.config, m.number, 1,
                                          m.min_repeat_ms)
     except (WorkerError, RemoteError) as e:
-        return SystemResult(system, "time", one_line(e, last=True, typed=False), max_error=error)
-    if not (isinstance(timed, list) and timed and all(type(t) is float and 0 < t < math.inf for t in timed)):
-        return SystemResult(system, "time", "the timing process did not return latencies", max_error=error)
-    return SystemResult(system, "ok", None, tuple(timed), error)
+        return {system: one_line(e, last=True, typed=False)}
+    if not (isinstance(timed, list) and len(timed) == 1 and type(timed[0]) is float and 0 < timed[0] < math.inf):
+        return {system: "the timing process did not return latencies"}
+    latencies.append(timed[0])
+    return {}

@@ -44,14 +44,16 @@ def test_tune_builds_every_system_and_matches_pytorch(tuned, tiny):
 def test_tune_resumes_where_it_stopped_and_refuses_another_run_in_its_directory(tuned, tiny, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(tuned, run)
-    log = run / "networks.jsonl"  # as if killed while the last build was measured
+    log = run / "networks.jsonl"  # as if killed while the last build was timed, after it was built
     measured = log.read_text().splitlines()
     log.write_text("\n".join(measured[:-1]) + "\n")
     (run / "tune.json").unlink()
+    builds = {p.name: p.stat().st_mtime_ns for p in (run / "builds").iterdir()}
     args = ["tune", "--model", TUNE_NETWORK, "--dragon", str(tiny[0].model_dir), "--out", str(run)]
     assert main([*args, *TUNE_FLAGS]) == 0
     again = log.read_text().splitlines()
     assert again[:-1] == measured[:-1] and json.loads(again[-1])["system"] == tune_relax(8)
+    assert {p.name: p.stat().st_mtime_ns for p in (run / "builds").iterdir()} == builds  # none built again
     result = json.loads((run / "tune.json").read_text())
     assert [s["system"] for s in result["systems"]] == [UNTUNED, DRAGON, tune_relax(4), tune_relax(8)]
     assert result["tasks"] == json.loads((tuned / "tune.json").read_text())["tasks"]  # kept, not timed again
@@ -59,6 +61,36 @@ def test_tune_resumes_where_it_stopped_and_refuses_another_run_in_its_directory(
     before = (run / "tune.json").read_text()
     assert main([*args, "--attempts", "2", "--budget", "2", "--checks", "2"]) == 2
     assert "holds another run" in capsys.readouterr().err and (run / "tune.json").read_text() == before
+
+
+def test_builds_are_timed_in_turn_one_repeat_each_per_round():
+    """A slow spell of the machine falls on every build alike: round r times repeat r of each
+    build, in turn; a build whose timing fails stops there, and the others go on."""
+    import threading
+    from types import SimpleNamespace
+
+    from dragonlab.evaluation.workers import WorkerError
+    from dragonlab.search.config import MeasureConfig
+    from dragonlab.tune.config import TuneConfig
+    from dragonlab.tune.tuning import _time_in_turn
+
+    calls = []
+
+    def call(fn, artifact, data, target, number, repeat, min_repeat_ms):
+        calls.append((artifact, repeat))
+        if artifact == "b.so" and len(calls) > 3:
+            raise WorkerError("killed by signal 9", "time")
+        return [len(calls) * 1e-3]
+
+    evaluator = SimpleNamespace(timing_lock=threading.Lock(), timer=SimpleNamespace(call=call))
+    checked = {"a": ("a.so", 0.1), "b": ("b.so", 0.2), "c": ("c.so", None)}
+    config = TuneConfig(measure=MeasureConfig(repeat=3))
+    timed = _time_in_turn("net", checked, SimpleNamespace(config={}), evaluator, "data.npz", config, progress=False)
+    assert [a for a, _ in calls] == ["a.so", "b.so", "c.so", "a.so", "b.so", "c.so", "a.so", "c.so"]
+    assert all(repeat == 1 for _, repeat in calls)
+    assert timed["a"].stage == timed["c"].stage == "ok" and timed["a"].latencies == (1e-3, 4e-3, 7e-3)
+    assert timed["c"].latencies == (3e-3, 6e-3, 8e-3) and timed["a"].max_error == 0.1
+    assert timed["b"].stage == "time" and "killed by signal 9" in timed["b"].reason and timed["b"].max_error == 0.2
 
 
 @pytest.mark.parametrize("spec, messages", [
