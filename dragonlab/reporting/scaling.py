@@ -48,16 +48,18 @@ class ScalingPoint:
 
 def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> ScalingPoint:
     """The point of the SFT run directory `run`, from its attempts file `attempts` (a name in
-    `run`, or a path)."""
+    `run`, or a path). `run` may also be a shipped model directory, which holds its run's
+    `run.json` and `log.jsonl` beside the weights (`data/cpu-standard-v1/model`)."""
     from dragonlab.learn import dataset
     from dragonlab.learn.sft import read_log
 
     run = Path(run)
     meta = json.loads((run / "run.json").read_text())
     config = meta["config"]
+    model_dir = run / "model" if (run / "model").is_dir() else run
     path = run / attempts
     if not path.is_file():
-        raise InputError(f"{path}: no attempts file (dragonlab attempts --model {run}/model ... --out {path})")
+        raise InputError(f"{path}: no attempts file (dragonlab attempts --model {model_dir} ... --out {path})")
     judged = read_attempts(path)
     if not judged:
         raise InputError(f"{path}: no attempts in it")
@@ -76,7 +78,8 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
     rows = {r["task"]: r for r in summary(judged)}
     tasks = [t for t in TASKS if t in rows]
     return ScalingPoint(
-        run=str(run), preset=config["preset"], parameters=_parameters(run / "model"), train_workloads=workloads,
+        run=str(run), preset=config["preset"], train_workloads=workloads,
+        parameters=_parameters(model_dir),
         steps=max((d.get("step", 0) for d in read_log(run / "log.jsonl")), default=0), attempts=len(judged),
         exact={t: rows[t]["exact"] for t in tasks}, correct={t: rows[t]["correct"] for t in tasks},
         cut_short=rows["all"]["dead_ends"] + rows["all"]["cut_at_length"], k=k,

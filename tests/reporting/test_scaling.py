@@ -1,6 +1,8 @@
 """The scaling curve's points, read from an SFT run directory and its attempts."""
 
+import dataclasses
 import json
+import shutil
 
 import pytest
 
@@ -37,3 +39,8 @@ def test_a_point_reads_the_run_and_scores_its_attempts(tiny, tmp_path):
     assert len(scaling.figure([p]).data) == 3  # exact per task, and best-of-k
     with pytest.raises(InputError, match="no attempts file"):
         scaling.point(run, tmp_path / "missing.jsonl")
+    shipped = tmp_path / "shipped"  # a shipped model: the weights with its run's run.json and log beside them
+    shutil.copytree(tiny[0].model_dir, shipped)
+    for name in ("run.json", "log.jsonl"):
+        shutil.copy(run / name, shipped / name)
+    assert scaling.point(shipped, attempts) == dataclasses.replace(p, run=str(shipped))
