@@ -397,22 +397,24 @@ def _time_in_turn(name: str, checked: dict, spec, evaluator, data: Path, config:
         for _ in range(m.repeat):
             for system, (artifact, _) in checked.items():
                 if system not in stopped:
-                    stopped |= _time_once(system, artifact, latencies[system], spec, evaluator, data, m)
+                    why = _time_once(artifact, latencies[system], spec, evaluator, data, m)
+                    if why:
+                        stopped[system] = why
                 bar.update()
     return {system: SystemResult(system, "time", stopped[system], max_error=error) if system in stopped
             else SystemResult(system, "ok", None, tuple(latencies[system]), error)
             for system, (_, error) in checked.items()}
 
 
-def _time_once(system: str, artifact: Path, latencies: list, spec, evaluator, data: Path, m) -> dict[str, str]:
-    """One repeat of the build, appended to `latencies`; {system: why} when it failed."""
+def _time_once(artifact: Path, latencies: list, spec, evaluator, data: Path, m) -> str | None:
+    """One repeat of the build, appended to `latencies`; why not, when it failed."""
     try:
         with evaluator.timing_lock:
             timed = evaluator.timer.call(time_network, str(artifact), str(data), spec.config, m.number, 1,
                                          m.min_repeat_ms)
     except (WorkerError, RemoteError) as e:
-        return {system: one_line(e, last=True, typed=False)}
+        return one_line(e, last=True, typed=False)
     if not (isinstance(timed, list) and len(timed) == 1 and type(timed[0]) is float and 0 < timed[0] < math.inf):
-        return {system: "the timing process did not return latencies"}
+        return "the timing process did not return latencies"
     latencies.append(timed[0])
-    return {}
+    return None
