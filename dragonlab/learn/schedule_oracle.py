@@ -9,7 +9,7 @@ constrained decoding ask of the live schedule, never touching TVM in the caller:
   location), their annotations, loop extents, the blocks and functions of the module, and the
   decision TVM kept for the last instruction (None if the prefix does not apply);
 - `Replayer.counts`: how many outputs a query (`get_loops`, ...) gives for each live variable;
-- `Replayer.try_lines`: whether each of several candidate instructions applies after the prefix;
+- `Replayer.first_applying`: the first of several candidate instructions that applies after the prefix;
 - `Replayer.locations`: the compute locations TVM keeps as written for a block;
 - `Replayer.sketches`: MetaSchedule's design-space sketches of the workload, as scripts.
 
@@ -17,7 +17,7 @@ A crash or a timeout in the worker means "does not apply" (`Replayer.crashes` co
 `State` is the caller's view of one prefix's facts; `TAKES` says what kind of variable each
 argument of an instruction may name, in `State.usable`'s letters; `tile_ok` says whether a text
 begins a perfect-tile decision that TVM keeps for a loop's extent. `facts`, `counts`,
-`try_lines`, `locations` and `sketches` are the functions the worker runs (module-level so it
+`first_applying`, `locations` and `sketches` are the functions the worker runs (module-level so it
 imports them by reference).
 """
 
@@ -164,21 +164,21 @@ _DIRECT = {
 }
 
 
-def try_lines(key: str, mod_json: str | None, plain: list, insts: list, *, progress=None) -> list[bool]:
-    """Run in a worker: whether each instruction applies after the script `plain`."""
+def first_applying(key: str, mod_json: str | None, plain: list, insts: list, *, progress=None) -> int | None:
+    """Run in a worker: the index of the first instruction that applies after the script
+    `plain`, trying them in order (each try of a primitive outside `_DIRECT` replays the whole
+    script), or None if none does."""
     sch, names = _replayed(key, mod_json, plain)
-    out = []
-    for inst in insts:
-        kind, inputs, attrs, _ = inst
+    for index, (kind, inputs, attrs, _) in enumerate(insts):
         try:
             if kind in _DIRECT and all(isinstance(v, str) and v in names for v in inputs):
                 _DIRECT[kind](sch.copy(), [names[v] for v in inputs], attrs)
             else:
-                apply([plain[0] + [inst], plain[1]], _module(key, None))
-            out.append(True)
+                apply([plain[0] + [insts[index]], plain[1]], _module(key, None))
+            return index
         except Exception:
-            out.append(False)
-    return out
+            continue
+    return None
 
 
 def locations(key: str, mod_json: str | None, plain: list, block: str, *, progress=None) -> list[int]:
@@ -255,10 +255,10 @@ class Replayer:
             self._sketches[key] = tuple(found)
         return self._sketches[key]
 
-    def try_lines(self, mod, plain: list, insts: list) -> list[bool]:
-        """Whether each instruction applies after `plain` (all False if the worker dies)."""
-        result = self._call(try_lines, mod, plain, insts)
-        return result if result is not None else [False] * len(insts)
+    def first_applying(self, mod, plain: list, insts: list) -> int | None:
+        """The index of the first instruction (in the order given) that applies after `plain`,
+        or None: none does, or the worker died."""
+        return self._call(first_applying, mod, plain, insts)
 
     def _call(self, fn, mod, *args):
         key = str(id(mod))

@@ -423,26 +423,29 @@ class ScriptFollower:
             return any(state.query(_COUNTS[kind.mnemonic], a) is not None for a in first)
         second = _choices(state, kind, k + 1, "") if self._variables_left(kind, k) == 2 else [None]
         pairs = sorted(itertools.product(range(len(first)), range(len(second))), key=sum)[:budget]  # likeliest first
-        return any(self._applies(state, [f"{head} {first[i]}" + ("" if second[j] is None else f" {second[j]}")
-                                         for i, j in pairs]))
+        return self._any_applies(state, [f"{head} {first[i]}" + ("" if second[j] is None else f" {second[j]}")
+                                         for i, j in pairs])
 
-    def _applies(self, state: State, lines: list[str]) -> list[bool]:
-        """Whether each complete line applies after `state`, tried together in the worker (the
-        full check of a line the model writes is `_after`; this one is for looking ahead)."""
-        todo = [line for line in lines if (state.serial, line) not in self._applies_cache]
-        insts = []
-        for line in todo:
-            try:
-                inst, decision = self._reader(state).read(line, open_end=False)
-            except ScriptSyntaxError:
-                inst = None
-            insts.append(inst)
-        if any(insts):
-            results = self.replayer.try_lines(self.mod, [state.insts, state.decisions], [i for i in insts if i])
-            verdicts = iter(results)
-            for line, inst in zip(todo, insts):
-                self._applies_cache[(state.serial, line)] = bool(inst) and next(verdicts)
-        return [self._applies_cache.get((state.serial, line), False) for line in lines]
+    def _any_applies(self, state: State, lines: list[str]) -> bool:
+        """Whether some complete line applies after `state`, tried in the worker in the order
+        given until one does (the full check of a line the model writes is `_after`; this one is
+        for looking ahead). What a try found is kept for the next look-ahead from `state`."""
+        known = [self._applies_cache.get((state.serial, line)) for line in lines]
+        if any(known):
+            return True
+        todo = []
+        for line, verdict in zip(lines, known):
+            if verdict is None:
+                try:
+                    todo.append((line, self._reader(state).read(line, open_end=False)[0]))
+                except ScriptSyntaxError:
+                    self._applies_cache[(state.serial, line)] = False
+        if not todo:
+            return False
+        hit = self.replayer.first_applying(self.mod, [state.insts, state.decisions], [inst for _, inst in todo])
+        for index, (line, _) in enumerate(todo[:None if hit is None else hit + 1]):
+            self._applies_cache[(state.serial, line)] = index == hit
+        return hit is not None
 
     def _values_ok(self, state: State, kind, values: list, open_value: int | None) -> bool:
         """Written values of the type their parameter takes and that the allowlist accepts

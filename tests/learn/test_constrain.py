@@ -182,6 +182,17 @@ def test_follower_allows_what_can_still_apply(matmul_follower, split_follower, p
     assert (split_follower if piece.startswith("split") else matmul_follower).allows(piece)
 
 
+def test_the_look_ahead_finds_the_first_candidate_that_applies_in_the_order_given(matmul_follower):
+    """l2 was split into l7 (outer) and l8; a fuse of them applies only outer first."""
+    prefix = codec.decode(MATMUL_PREFIX)
+    line = {text: codec.decode(f"{MATMUL_PREFIX}\n{text}")[0][-1] for text in
+            ("par l2", "fuse l8 l7", "fuse l7 l8", "par l7")}
+    mod, replayer = matmul_follower.mod, matmul_follower.replayer
+    assert replayer.first_applying(mod, prefix, list(line.values())) == 2  # not 3, which applies too
+    assert replayer.first_applying(mod, prefix, [line["par l7"], line["fuse l7 l8"]]) == 0
+    assert replayer.first_applying(mod, prefix, [line["par l2"], line["fuse l8 l7"]]) is None
+
+
 def test_an_llvm_design_part_tiles_and_splits_as_metaschedule_does():
     """2 or 4 factors, and right after a tile, its loop's split by exactly those factors, as the
     codec writes it; no split anywhere else (post-processing aside)."""
