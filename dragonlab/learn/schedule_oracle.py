@@ -169,12 +169,13 @@ def first_applying(key: str, mod_json: str | None, plain: list, insts: list, *, 
     `plain`, trying them in order (each try of a primitive outside `_DIRECT` replays the whole
     script), or None if none does."""
     sch, names = _replayed(key, mod_json, plain)
-    for index, (kind, inputs, attrs, _) in enumerate(insts):
+    for index, inst in enumerate(insts):
+        kind, inputs, attrs, _ = inst
         try:
             if kind in _DIRECT and all(isinstance(v, str) and v in names for v in inputs):
                 _DIRECT[kind](sch.copy(), [names[v] for v in inputs], attrs)
             else:
-                apply([plain[0] + [insts[index]], plain[1]], _module(key, None))
+                apply([plain[0] + [inst], plain[1]], _module(key, None))
             return index
         except Exception:
             continue
