@@ -338,14 +338,19 @@ def _networks(network: Network, workloads: list[Workload], spec, chosen: dict, e
             built = _build_and_check(system, mod_json, database, spec, evaluator, out, data, config)
             if isinstance(built, SystemResult):  # it stopped before timing
                 done[system] = built
-                append_lines(log, [{k: v for k, v in asdict(built).items() if k in MEASURED}])
+                append_lines(log, [_measured(built)])
             else:
                 checked[system] = built
             bar.update()
     timed = _time_in_turn(network.name, checked, spec, evaluator, data, config, progress)
-    append_lines(log, [{k: v for k, v in asdict(timed[s]).items() if k in MEASURED} for s in checked])
+    append_lines(log, [_measured(timed[s]) for s in checked])
     done.update(timed)
     return [done[s] for s in systems]
+
+
+def _measured(result: SystemResult) -> dict:
+    """What networks.jsonl keeps of a build's result."""
+    return {k: v for k, v in asdict(result).items() if k in MEASURED}
 
 
 def _database(path: Path, workloads: list[Workload], chosen: dict, spec, evaluator) -> Path:
