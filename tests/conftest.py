@@ -100,7 +100,7 @@ def tiny(data, tmp_path_factory):
 
 
 TUNE_NETWORK = "tests/tune/networks.py:residual_mlp"
-TUNE_FLAGS = ["--attempts", "1", "--budget", "8", "--checks", "2"]
+TUNE_FLAGS = ["--attempts", "1", "--budget", "8", "--population", "64", "--checks", "2"]
 
 
 @pytest.fixture(scope="session")

@@ -17,10 +17,12 @@ import, and is a no-op once the module is loaded.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import threading
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -43,6 +45,36 @@ def load() -> None:
             __import__(MODULE)
         finally:
             inspect.stack = original
+
+
+@contextlib.contextmanager
+def for_target(target) -> Iterator[None]:
+    """What MetaSchedule needs of the intrinsics for `target` (a TVM Target), while the block runs.
+    Each `TuneContext` imports every tensor intrinsic first; MetaSchedule's rules for an llvm
+    target that names no CPU or features (`plain_llvm`) tensorize nothing, so for such a target
+    the module is stood in for: a fresh process saves the import altogether (tests/evaluation/
+    test_evaluate.py checks that the design spaces and postprocessors are the same). Other
+    targets import it (`load`)."""
+    stand_in = types.ModuleType(MODULE) if MODULE not in sys.modules and plain_llvm(target) else None
+    if stand_in is None:
+        load()
+        yield
+        return
+    sys.modules[MODULE] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get(MODULE) is stand_in:
+            del sys.modules[MODULE]
+
+
+def plain_llvm(target) -> bool:
+    """Whether MetaSchedule's plain "llvm" rules and postprocessors serve `target` (a TVM
+    Target): an x86 llvm target that names no CPU or features, so nothing is tensorized (other
+    CPUs get rules of their own, ARM's with dot-product intrinsics)."""
+    config = target.export()
+    return config.get("kind") == "llvm" and not {"mcpu", "mattr"} & set(config) \
+        and config.get("mtriple", "x86_64").startswith("x86_64")
 
 
 def retrying(call: Callable[[], T]) -> T:

@@ -35,43 +35,16 @@ def tvm_target(target):
 
 def tune_context(mod, target, *, seed: int = 42, search_strategy="replay-trace", task_name: str = "main",
                  num_threads: int | str = 1):
-    """A MetaSchedule TuneContext with the target's default rules, postprocessors and mutators.
-
-    Making one imports every tensor intrinsic TVM defines first (`tvm.s_tir.tensor_intrin`:
-    `dragonlab.core.tensor_intrinsics` makes that import cheap). MetaSchedule's rules for an
-    llvm target that names no CPU or features (`plain_llvm`) tensorize nothing, so for such a
-    target that module is stood in for while the context is made: a fresh collection process or
-    notebook kernel saves the import altogether (tests/search/test_collect.py checks that the
-    design spaces are the same). Other targets import it.
-    """
-    import sys
-    import types
-
+    """A MetaSchedule TuneContext with the target's default rules, postprocessors and mutators
+    (made with TVM's tensor intrinsics only where the target can use them:
+    `tensor_intrinsics.for_target`)."""
     import tvm.s_tir.meta_schedule as ms
 
     tvm_t = tvm_target(target)
-    name = tensor_intrinsics.MODULE
-    stand_in = types.ModuleType(name) if name not in sys.modules and plain_llvm(tvm_t) else None
-    if stand_in is not None:
-        sys.modules[name] = stand_in
-    else:
-        tensor_intrinsics.load()
-    try:
+    with tensor_intrinsics.for_target(tvm_t):
         return ms.TuneContext(mod=mod, target=tvm_t, space_generator="post-order-apply",
                               search_strategy=search_strategy, task_name=task_name, num_threads=num_threads,
                               rand_state=seed)
-    finally:
-        if stand_in is not None and sys.modules.get(name) is stand_in:
-            del sys.modules[name]
-
-
-def plain_llvm(target) -> bool:
-    """Whether MetaSchedule's plain "llvm" rules and postprocessors serve `target` (a TVM
-    Target): an x86 llvm target that names no CPU or features, so nothing is tensorized (other
-    CPUs get rules of their own, ARM's with dot-product intrinsics)."""
-    config = target.export()
-    return config.get("kind") == "llvm" and not {"mcpu", "mattr"} & set(config) \
-        and config.get("mtriple", "x86_64").startswith("x86_64")
 
 
 def design_spaces(mod, target) -> list:

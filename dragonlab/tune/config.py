@@ -22,6 +22,9 @@ class TuneConfig:
     prompt_form: str = field(default=DEFAULT_FORM, metadata={"help": "how a prompt shows the kernel (as the model "
                                                                      "was trained)", "choices": PROMPT_FORMS})
     seed: int = field(default=0, metadata={"help": "seed of sampling, search and the random inputs", "range": ">= 0"})
+    population: int = field(default=512, metadata={
+        "help": "tune_relax's evolutionary search population (MetaSchedule's default); a budget of a round "
+                "or two per task gains little from a large one", "range": "> 0"})
     checks: int = field(default=3, metadata={"help": "fresh random input sets each build's outputs are compared on",
                                              "range": "> 0"})
     measure: MeasureConfig = MeasureConfig()

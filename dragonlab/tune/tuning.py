@@ -241,15 +241,16 @@ def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, t
         target = spec.tvm()
         mod = lower_for_tuning(network.mod, target)  # as `network_workloads` lowers it
         quiet_metaschedule()  # its per-task logs stay in root/logs
-        tensor_intrinsics.load()  # as each TuneContext would, at a fraction of the cost
         builder, runner = PooledBuilder(), make_runner("local", config.measure)
+        # each task's TuneContext is a clone, with a clone of this strategy
+        strategy = ms.search_strategy.EvolutionarySearch(population_size=config.population)
         start = time.monotonic()
         try:
-            with _foreign_handlers_set_aside(), \
+            with _foreign_handlers_set_aside(), tensor_intrinsics.for_target(target), \
                     progress_bar(total=trials, unit="cand", desc=f"{network.name} {root.name}", progress=progress) as bar:
                 ms.relax_integration.tune_relax(
                     mod, {}, target, str(tmp), max_trials_global=trials, num_trials_per_iter=config.attempts,
-                    builder=builder, runner=runner, seed=config.seed,
+                    builder=builder, runner=runner, strategy=strategy, seed=config.seed,
                     measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), Counter(bar)])
             write_atomic(tmp / "seconds.json", _dumps({"seconds": time.monotonic() - start}))
             tmp.rename(root)

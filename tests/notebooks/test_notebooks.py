@@ -51,7 +51,8 @@ LESSONS = [
            ("GRPO from", "RL vs SFT where both are correct"), figures=2, files=("rl/model/config.json",)),
     # resumes the session's `dragonlab tune` run (tests/tune): the same network, model and settings
     Lesson("07_tune_network", lambda fx: {"network": str(ROOT / TUNE_NETWORK), "dragon": str(fx("tiny")[0].model_dir),
-                                          "out": str(fx("tuned")), "attempts": 1, "budget": 8, "checks": 2},
+                                          "out": str(fx("tuned")), "attempts": 1, "budget": 8, "population": 64,
+                                          "checks": 2},
            ("residual_mlp: 4 tuning tasks", "def main(", "dragon at least as fast as tune_relax@4"),
            figures=2, widgets=1),  # per-task speedups, network latency; the comparison
 ]
