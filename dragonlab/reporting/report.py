@@ -256,7 +256,8 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
     judge("dlight", {w.key: [default_script(w, target) or baselines.unscheduled_script()] for w in held})
 
     top = max(config.budgets)
-    plain = baselines.search(held, target, top, out / "search", seed=config.seed, stored=stored, progress=progress)
+    plain = baselines.search(held, target, top, out / "search", seed=config.seed, population=config.population,
+                             stored=stored, progress=progress)
     for n in sorted(config.budgets):
         picks = {k: run.best_within(n) for k, run in plain.items()}
         judge(f"metaschedule@{n}", {k: [codec.encode(p[1])] for k, p in picks.items() if p},
@@ -272,7 +273,7 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
         # at `top` trials against the plain search at `top`: only where that search went so far
         full = [w for w in held if plain[w.key].budget is None or plain[w.key].budget >= top]
         runs = baselines.search(full, target, top, out / f"seeded-{seeded_by}", seeds=dict(seeds),
-                                seed=config.seed, progress=progress)
+                                seed=config.seed, population=config.population, progress=progress)
         picks = {k: r.best_within(top) for k, r in runs.items()}
         judge(f"{seeded_by}-seeded metaschedule@{top}", {k: [codec.encode(p[1])] for k, p in picks.items() if p},
               {k: {"seeded": runs[k].seeded} for k in picks})

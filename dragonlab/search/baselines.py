@@ -64,10 +64,12 @@ class SearchRun:
 
 def search(workloads: list[Workload], target: str, trials: int, root: str | os.PathLike, *,
            seeds: dict[str, list[tuple[list, tuple[float, ...]]]] | None = None, seed: int = 0,
-           stored: str | os.PathLike | None = None, progress: bool = True) -> dict[str, SearchRun]:
+           population: int = 512, stored: str | os.PathLike | None = None,
+           progress: bool = True) -> dict[str, SearchRun]:
     """MetaSchedule search on each workload for `trials` measured candidates, into the record
     store `root` (resumes). `seeds[key]`: (plain trace, latencies) of kernels that start the
     search's database; they are the run's first candidates and count against `trials`.
+    `population`: the evolutionary search's (MetaSchedule's default).
     `stored`: a record store (a corpus with its benchmark's searches) that is read, never
     written: a workload it finished a search of is taken from there, to the budget it was
     searched to (`SearchRun.budget`), and not searched again."""
@@ -102,7 +104,7 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
             append_lines(times_file, [{"workload": key, "seconds": seconds}])
 
     if todo:  # one collection for all: its builder and runner start once, not once per workload
-        collect(todo, spec, store, CollectConfig(trials=trials, seed=seed), progress=progress, on_done=finished)
+        collect(todo, spec, store, CollectConfig(trials=trials, seed=seed, population=population), progress=progress, on_done=finished)
     records = _by_workload(store, spec.name)
     for w in workloads:
         out[w.key] = _run(records.get(w.key, []), w.key, trials, times.get(w.key))

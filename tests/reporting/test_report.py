@@ -286,7 +286,7 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
     answers = {row["prompt"]: row["completion"] for row in datasets.load_from_disk(str(data))["train"]}
     with serving() as llm:  # an LLM that answers each prompt with the dataset's reference script, fenced
         llm.contents = lambda k, body: f"```\n{answers.get(body['messages'][1]['content'], 'no idea')}\n```"
-        parameters = {"run": str(run_dir), "k": 2, "budgets": [2, 4], "turns": 1, "refinement_per_workload": 1,
+        parameters = {"run": str(run_dir), "k": 2, "budgets": [2, 4], "population": 64, "turns": 1, "refinement_per_workload": 1,
                       "splits": ["train"], "constrained": False, "llm_base_url": llm.base_url, "llm_model": MODEL}
         ran = run_notebook("06_evaluate", parameters, notebook_kernel, tmp_path)
         served = len(llm.requests)
@@ -314,7 +314,7 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
 
         # Rerun from the command line: everything is read back, nothing asked or judged again.
         lines = {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")}
-        args = ["report", "--run", str(run_dir), "--k", "2", "--budgets", "2", "4", "--turns", "1",
+        args = ["report", "--run", str(run_dir), "--k", "2", "--budgets", "2", "4", "--population", "64", "--turns", "1",
                 "--refinement-per-workload", "1", "--splits", "train", "--llm-base-url", llm.base_url,
                 "--llm-model", MODEL]
         assert main(args) == 0
