@@ -180,8 +180,9 @@ def _stop(proc: subprocess.Popen, lab: Lab) -> None:
 
 
 def render_comparison(notebook: Path, workdir: Path, screenshot: Path, *, workload: str,
-                      crop: bool = False, timeout: float = 240.0) -> Rendered:
-    """Copy `notebook` into `workdir`, serve it, run all its cells in headless Chromium and wait until
+                      parameters: dict | None = None, crop: bool = False, timeout: float = 240.0) -> Rendered:
+    """Copy `notebook` into `workdir` (with `parameters` injected after its parameters cell, as
+    papermill injects them), serve it, run all its cells in headless Chromium and wait until
     the comparison widget shows `workload` and its plotly figure; then save a screenshot: the page
     (crop=False) or only the comparison cell's output (crop=True). On failure a screenshot of the page
     is saved all the same, and the error names it."""
@@ -193,7 +194,14 @@ def render_comparison(notebook: Path, workdir: Path, screenshot: Path, *, worklo
         raise BrowserCheckError("no `chromium` on PATH: apt-get install chromium")
     workdir, screenshot = Path(workdir), Path(screenshot)
     screenshot.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(notebook, workdir / notebook.name)
+    if parameters:
+        import nbformat
+        from papermill.iorw import load_notebook_node
+        from papermill.parameterize import parameterize_notebook
+
+        nbformat.write(parameterize_notebook(load_notebook_node(str(notebook)), parameters), workdir / notebook.name)
+    else:
+        shutil.copy(notebook, workdir / notebook.name)
     with jupyter_lab(workdir) as lab, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable, headless=True)
         page = browser.new_page(viewport={"width": 1680, "height": 1000})

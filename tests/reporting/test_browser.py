@@ -30,7 +30,8 @@ def test_quickstart_comparison_renders_in_chromium(notebook_kernel, tmp_path):
     work = tmp_path / "lab"
     work.mkdir()
 
-    rendered = lab_browser.render_comparison(QUICKSTART, work, screenshot, workload=workload)
+    rendered = lab_browser.render_comparison(QUICKSTART, work, screenshot, workload=workload,
+                                             parameters={"trials": 4, "samples": 1})  # the notebook test's
 
     print(f"screenshot: {rendered.screenshot} (figure drawn {rendered.seconds:.0f} s after opening the page)")
     assert rendered.workload == workload
