@@ -90,7 +90,7 @@ def tiny(data, tmp_path_factory):
     how long that took."""
     def make(folder):
         start = time.monotonic()
-        config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=80)
+        config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=160)
         run = train(data, folder / "run", config, progress=False)
         return {**dataclasses.asdict(run), "out": str(run.out), "model_dir": str(run.model_dir)}, \
             time.monotonic() - start
