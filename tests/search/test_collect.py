@@ -58,10 +58,11 @@ QUIET = {**os.environ, "TQDM_DISABLE": "1"}  # no progress bars in a child's out
 
 
 def small_collection(out) -> list[str]:
-    """The command line of a small collection: two quick workloads, 8 trials each, 4 per round."""
+    """The command line of a small collection: two quick workloads, 8 trials each, 4 per round
+    (a small population, as the demo's: MetaSchedule's 512 costs each round seconds)."""
     names = f"{QUICK['matmul'].name},{QUICK['reduce_row'].name}"
     return CLI + ["collect", "--suite", "quick", "--only", names, "--trials", "8", "--per-round", "4",
-                  "--out", str(out)]
+                  "--population", "64", "--out", str(out)]
 
 
 def start_until_records(cmd, out, *, lines: int = 4, **popen) -> subprocess.Popen:
@@ -143,8 +144,8 @@ def test_shards_split_workloads_deterministically_and_disjointly():
 
 
 def test_collect_through_the_rpc_tracker_on_loopback(rpc_tracker, tmp_path):
-    config = CollectConfig(trials=4, trials_per_round=4, runner="rpc", tracker=f"127.0.0.1:{rpc_tracker}",
-                           key="loopcpu")
+    config = CollectConfig(trials=4, trials_per_round=4, population=64, runner="rpc",
+                           tracker=f"127.0.0.1:{rpc_tracker}", key="loopcpu")
     summary = collect([QUICK["softmax"]], get_target("cpu"), RecordStore(tmp_path, create=True), config,
                       progress=False)
     recs = RecordStore(tmp_path).records()
@@ -203,7 +204,7 @@ def test_benchmark_search_continues_each_judged_workload_to_its_budget(collected
                       {10: (matmul.key,), 9: (softmax.key,)})
     save(bench, store / "benchmark.json")  # shipped beside the records, as the card expects
     args = ["collect", "--suite", "quick", "--out", str(store), "--benchmark-search", str(store / "benchmark.json"),
-            "--per-round", "2"]
+            "--per-round", "2", "--population", "64"]
     assert main(args) == 0
     s = RecordStore(store)
     assert len(s.records(workload=matmul.key)) == 10 and len(s.records(workload=softmax.key)) == 9
