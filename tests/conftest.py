@@ -116,9 +116,10 @@ def tuned(tiny, tmp_path_factory):
     return Path(once(tmp_path_factory, "tuned", make))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def rpc_tracker():
-    """A tracker and one CPU server on loopback."""
+    """A tracker and one CPU server on loopback, shared by a file's tests (a server takes about
+    15 s to start and register)."""
     with rpc_cluster(1) as port:
         yield port
 
