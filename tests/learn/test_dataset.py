@@ -37,7 +37,7 @@ def stores(collected, quick, tmp_path_factory):
     one round (the family held out below)."""
     root = tmp_path_factory.mktemp("dataset_extra")
     collect([quick[HOLDOUT]], get_target("cpu"), RecordStore(root, create=True),
-            CollectConfig(trials=8, trials_per_round=8), progress=False)
+            CollectConfig(trials=8, trials_per_round=8, population=64), progress=False)
     return [collected[0], root]
 
 

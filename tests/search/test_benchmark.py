@@ -90,7 +90,7 @@ def tiny_stores(collected, quick, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("bench_extra")
     collect([quick["reduce_row"]], get_target("cpu"), RecordStore(root, create=True),
-            CollectConfig(trials=4, trials_per_round=4), progress=False)
+            CollectConfig(trials=4, trials_per_round=4, population=64), progress=False)
     return [collected[0], root]
 
 

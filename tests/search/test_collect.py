@@ -124,7 +124,7 @@ def test_ctrl_c_stops_collection_and_logs_the_run(tmp_path):
 
 
 def test_timeouts_are_retried_and_never_stored_as_failures(tmp_path):
-    config = CollectConfig(trials=2, trials_per_round=2,
+    config = CollectConfig(trials=2, trials_per_round=2, population=64,
                            measure=MeasureConfig(build_timeout_sec=0.01, retries=1))
     summary = collect([QUICK["elementwise_fusion"]], get_target("cpu"), RecordStore(tmp_path, create=True),
                       config, progress=False)
