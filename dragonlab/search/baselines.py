@@ -104,7 +104,8 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
             append_lines(times_file, [{"workload": key, "seconds": seconds}])
 
     if todo:  # one collection for all: its builder and runner start once, not once per workload
-        collect(todo, spec, store, CollectConfig(trials=trials, seed=seed, population=population), progress=progress, on_done=finished)
+        collect(todo, spec, store, CollectConfig(trials=trials, seed=seed, population=population), progress=progress,
+                on_done=finished)
     records = _by_workload(store, spec.name)
     for w in workloads:
         out[w.key] = _run(records.get(w.key, []), w.key, trials, times.get(w.key))
