@@ -62,12 +62,14 @@ def corpus():
 
 @pytest.fixture(scope="session")
 def collected(tmp_path_factory, quick):
-    """Two quick workloads, 8 trials each in rounds of 4, measured for real (once per run)."""
+    """Two quick workloads, 8 trials each in rounds of 4, measured for real (once per run; both
+    test processes wait for it early, so its search's population is small, as the demo's)."""
     workloads = [quick["matmul"], quick["softmax"]]
 
     def make(folder):
+        config = CollectConfig(trials=8, trials_per_round=4, population=64)
         return str(folder), dataclasses.asdict(collect(workloads, get_target("cpu"), RecordStore(folder, create=True),
-                                                       CollectConfig(trials=8, trials_per_round=4), progress=False))
+                                                       config, progress=False))
 
     root, summary = once(tmp_path_factory, "collected", make)
     return Path(root), workloads, CollectSummary(**summary)

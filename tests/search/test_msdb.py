@@ -24,7 +24,8 @@ def tune_tir_db(tmp_path_factory):
     # fast_build only skips the per-worker tensor_intrin import, so the stock builder's 30 s
     # limit is not hit on a busy 2-core machine; the database is MetaSchedule's own.
     ms.tune_tir(QUICK["softmax"].mod, get_target("cpu").tvm(), work_dir=str(work), max_trials_global=8,
-                num_trials_per_iter=8, builder=ms.builder.LocalBuilder(f_build=fast_build),
+                num_trials_per_iter=8, strategy=ms.search_strategy.EvolutionarySearch(population_size=64),
+                builder=ms.builder.LocalBuilder(f_build=fast_build),
                 runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=2, repeat=2)))
     return work
 
