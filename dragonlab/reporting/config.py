@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dragonlab.core import fields
+from dragonlab.search.config import POPULATION
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class ReportConfig:
     constrained: bool = field(default=False, metadata={"help": "constrained decoding for the local models"})
     max_new_tokens: int = field(default=768, metadata={"help": "tokens per script, at most", "range": "> 0"})
     seed: int = field(default=0, metadata={"help": "sampling and search seed", "range": ">= 0"})
-    population: int = field(default=512, metadata={
+    population: int = field(default=POPULATION, metadata={
         "help": "population of the MetaSchedule searches run here (MetaSchedule's default)", "range": "> 0"})
     p: tuple[float, ...] = field(default=(1.0, 1.2, 2.0), metadata={"help": "fast_p thresholds", "range": "> 0"})
 

@@ -28,6 +28,7 @@ from dragonlab.core import codec
 from dragonlab.core.jsonl import append_lines, read_lines
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import Workload
+from dragonlab.search.config import POPULATION
 from dragonlab.search.records import OK, Record, RecordStore
 
 
@@ -64,7 +65,7 @@ class SearchRun:
 
 def search(workloads: list[Workload], target: str, trials: int, root: str | os.PathLike, *,
            seeds: dict[str, list[tuple[list, tuple[float, ...]]]] | None = None, seed: int = 0,
-           population: int = 512, stored: str | os.PathLike | None = None,
+           population: int = POPULATION, stored: str | os.PathLike | None = None,
            progress: bool = True) -> dict[str, SearchRun]:
     """MetaSchedule search on each workload for `trials` measured candidates, into the record
     store `root` (resumes). `seeds[key]`: (plain trace, latencies) of kernels that start the

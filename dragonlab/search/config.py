@@ -14,6 +14,7 @@ from dragonlab.core import fields
 from dragonlab.core.errors import InputError
 
 RUNNERS = ("local", "rpc")
+POPULATION = 512  # MetaSchedule's EvolutionarySearch population: collect's, tune's and report's default
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class CollectConfig:
     key: str | None = field(default=None, metadata={"help": "device key registered at the tracker (rpc runner)"})
     search_threads: int | str = field(default="physical", metadata={
         "help": "threads of the evolutionary search and cost model ('physical' = physical cores, as tune_tir)"})
-    population: int = field(default=512, metadata={
+    population: int = field(default=POPULATION, metadata={
         "help": "evolutionary search population (MetaSchedule's default); a one-round search gains nothing from "
                 "a large one", "range": "> 0"})
     measure: MeasureConfig = MeasureConfig()

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from dragonlab.core import fields
 from dragonlab.learn.dataset_config import DEFAULT_FORM, PROMPT_FORMS
-from dragonlab.search.config import MeasureConfig
+from dragonlab.search.config import POPULATION, MeasureConfig
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class TuneConfig:
     prompt_form: str = field(default=DEFAULT_FORM, metadata={"help": "how a prompt shows the kernel (as the model "
                                                                      "was trained)", "choices": PROMPT_FORMS})
     seed: int = field(default=0, metadata={"help": "seed of sampling, search and the random inputs", "range": ">= 0"})
-    population: int = field(default=512, metadata={
+    population: int = field(default=POPULATION, metadata={
         "help": "tune_relax's evolutionary search population (MetaSchedule's default); a budget of a round "
                 "or two per task gains little from a large one", "range": "> 0"})
     checks: int = field(default=3, metadata={"help": "fresh random input sets each build's outputs are compared on",
