@@ -14,9 +14,10 @@ judged, and skips the attempts the file already holds: killed, it resumes where 
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from dragonlab.core.errors import InputError
@@ -38,6 +39,9 @@ class Attempt:
     script: str  # what the model wrote, untrusted
     evaluation: Evaluation
     ending: str | None = None  # constrained decoding: "eos", "dead end" or "length" (constrain.py)
+    # wall seconds spent on it: its share of its batch's writing and judging (write_and_evaluate);
+    # the two overlap, so the shares add up to more than the batch's wall time
+    seconds: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -184,15 +188,25 @@ def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads
         previous = None
         for chunk in chunks:
             with evaluator.timing_lock:
+                start = time.perf_counter()
                 scripts = writer.write([row["prompt"] for row in chunk], n=n, seed=seed + chunk[0]["index"])
                 endings = writer.endings(n) if hasattr(writer, "endings") else None
+                writing = time.perf_counter() - start
             if previous:
                 record(*previous)
-            previous = chunk, judge.submit(evaluate_attempts, evaluator, workloads, chunk, scripts, split=split,
-                                           endings=endings)
+            previous = chunk, judge.submit(_timed, evaluator, workloads, chunk, scripts, split=split,
+                                           endings=endings, writing=writing)
         if previous:
             record(*previous)
     return sorted(attempts, key=lambda a: (a.index, a.sample))
+
+
+def _timed(evaluator, workloads, rows, scripts, *, split: str, endings, writing: float) -> list[Attempt]:
+    """`evaluate_attempts`, each attempt with its share of the batch's writing and judging time."""
+    start = time.perf_counter()
+    judged = evaluate_attempts(evaluator, workloads, rows, scripts, split=split, endings=endings)
+    share = (writing + time.perf_counter() - start) / max(1, len(judged))
+    return [replace(a, seconds=share) for a in judged]
 
 
 def read_attempts(path: str | os.PathLike) -> list[Attempt]:

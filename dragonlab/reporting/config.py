@@ -20,6 +20,9 @@ class ReportConfig:
                                                                      "range": "> 0"})
     budgets: tuple[int, ...] = field(default=(8, 32, 128, 512), metadata={"help": "MetaSchedule trial budgets",
                                                                           "range": "> 0"})
+    seeded_budget: int | None = field(default=None, metadata={
+        "help": "trials of the model-seeded search, the model's kernels among them (None: the largest budget); "
+                "it is compared with plain search at every budget", "range": "> 0"})
     turns: int = field(default=3, metadata={"help": "refinement turns after each construction attempt",
                                             "range": ">= 0"})
     constrained: bool = field(default=False, metadata={"help": "constrained decoding for the local models"})

@@ -17,9 +17,9 @@ from dragonlab.learn.attempts import Attempt, summary
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
 from dragonlab.reporting.compare import ModelComparison
 from dragonlab.reporting.config import ReportConfig
-from dragonlab.reporting.results import (PAPER, Audit, BaselineMetrics, BestOfKCurve, BestOfKPoint, Match, Ratio,
-                                         Report, SeededSearch, Stats, SummaryRow, SystemMetrics, TaskMetrics,
-                                         TurnCurve, TurnPoint, WorkloadKernel, from_json)
+from dragonlab.reporting.results import (PAPER, Audit, BaselineMetrics, BestOfKCurve, BestOfKPoint, Match,
+                                         Ratio,                                          MatchTime, Report, SeededSearch, Stats, SummaryRow, SystemMetrics,
+                                         TaskMetrics, TimeToMatch, TurnCurve, TurnPoint, WorkloadKernel, from_json)
 
 # --- the measures ---------------------------------------------------------------------------------
 
@@ -80,14 +80,16 @@ def search_curves(report: Report) -> dict[str, dict[int, Ratio]]:
 def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], base: dict, config: ReportConfig,
             held: list[str], rl_vs_sft: ModelComparison | None) -> Report:
     """The report's numbers. `attempts` and `turns` by system; `base`: {baseline: {workload key:
-    baselines.jsonl line}}, and "_search": {key: {"seconds", "latencies"}} of the plain search;
+    baselines.jsonl line}}, "_search": {key: {"seconds", "latencies"}} of the plain search and
+    "_seeded": {key: {"seconds", "trials"}} of the seeded one;
     `held`: the held-out workload keys. Where they came from (run, target, ...) is left empty."""
     unscheduled = {k: _latency(d) for k, d in base.get("unscheduled", {}).items()}
     budgets = sorted(config.budgets)
     ms = {n: {k: _latency(d) for k, d in base.get(f"metaschedule@{n}", {}).items()} for n in budgets}
     search = base.get("_search", {})
     random = {k: _latency(d) for k, d in base.get(f"random best-of-{config.k}", {}).items()}
-    systems, best_of_k, versus, versus_random, to_match, curves = {}, {}, {}, {}, {}, {}
+    systems, best_of_k, versus, versus_random, to_match, curves, times = {}, {}, {}, {}, {}, {}, {}
+    top = max(budgets)
     for name, group in attempts.items():
         systems[name] = _system(group, unscheduled, ms, config)
         best = _best_of(group, CONSTRUCTION, config.k)
@@ -97,6 +99,7 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
             versus_random[name] = _ratio(best, random, held)
         to_match[name] = _to_match(best, search)
         curves[name] = _curve(group, unscheduled, config.k)
+        times[name] = _time_to_match(group, f"metaschedule@{top}", ms[top], search, base.get("_seeded", {}))
     baselines = {}
     for system, by_key in base.items():
         if system.startswith("_"):
@@ -112,18 +115,16 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
                                             (by_key.get(k) or {}).get("evaluation", {}).get("stage")) for k in held})
         if system.startswith("random"):
             versus[system] = baselines[system].vs_metaschedule
-    seeded, names = None, [s for s in base if "seeded" in s]
+    seeded, names = None, [s for s in base if "seeded" in s and not s.startswith("_")]
     if names:
-        top = max(budgets)
-        s = {k: _latency(d) for k, d in base[names[0]].items()}
-        seeded = SeededSearch(names[0], top, _ratio(s, ms[top], held),
+        seeded = SeededSearch(names[0], config.seeded_budget or max(budgets),
                               {k: d.get("seeded") for k, d in base[names[0]].items()})
     return Report(config=config, paper=PAPER, held_out_workloads=len(held), systems=systems, baselines=baselines,
                   best_of_k=best_of_k, best_of_k_vs_metaschedule=versus, best_of_k_vs_random=versus_random,
                   trials_to_match=to_match,
                   turns={name: _turn_curve(rows, unscheduled, config.turns) for name, rows in turns.items()},
                   best_of_k_curve=curves, rl_vs_sft=rl_vs_sft, audit=_audit(attempts, base), seeded_search=seeded,
-                  search_seconds={k: v.get("seconds") for k, v in search.items()})
+                  search_seconds={k: v.get("seconds") for k, v in search.items()}, time_to_match=times)
 
 
 def _latency(d: dict) -> float | None:
@@ -198,6 +199,52 @@ def _to_match(best: dict, search: dict) -> dict[str, Match]:
         secs = info["seconds"] * n / len(lat) if n and info.get("seconds") else None
         out[key] = Match(trials=n, seconds=secs, searched=len(lat))
     return out
+
+
+MATCH_WITHIN = 1.1  # "a kernel within 10% of MetaSchedule at the largest budget"
+
+
+def _time_to_match(group: list[Attempt], reference: str, goal: dict, search: dict, seeded: dict) -> TimeToMatch:
+    """Per workload with a `reference` kernel (`goal`: its latency, timed by the evaluator): the wall
+    seconds the model spent on its construction attempts, in order, up to the first kernel within
+    MATCH_WITHIN of it; and the seconds search took to a candidate within MATCH_WITHIN of its own
+    best (by the latencies its runner recorded, `search`: {key: {"latencies", "seconds"}}),
+    prorated from its seconds per trial, or from the seeded search's (`seeded`: {key: {"seconds",
+    "trials"}}) where the search was a stored one, which kept no wall time."""
+    from dragonlab.search.baselines import SearchRun
+
+    tries: dict[str, list[Attempt]] = defaultdict(list)
+    for a in sorted(group, key=lambda a: (a.split, a.index, a.sample)):
+        if a.task == CONSTRUCTION:
+            tries[a.workload].append(a)
+    per = {}
+    for key, attempts in tries.items():
+        info, seeded_info = search.get(key) or {}, seeded.get(key) or {}
+        lat = info.get("latencies") or []
+        if not goal.get(key) or not any(lat) or any(a.seconds is None for a in attempts):
+            continue
+        if info.get("seconds"):
+            clock, per_trial = "search", info["seconds"] / len(lat)
+        elif seeded_info.get("seconds") and seeded_info.get("trials"):
+            clock, per_trial = "seeded search", seeded_info["seconds"] / seeded_info["trials"]
+        else:
+            continue
+        spent, model = 0.0, None
+        for i, a in enumerate(attempts):
+            spent += a.seconds
+            if a.evaluation.latency and a.evaluation.latency <= MATCH_WITHIN * goal[key]:
+                model = i + 1
+                break
+        trials = SearchRun(key, lat, [None] * len(lat), None).trials_to_reach(MATCH_WITHIN * min(t for t in lat if t))
+        per[key] = MatchTime(model, spent if model else None, trials, trials * per_trial, clock)
+    reached = [m for m in per.values() if m.model_seconds]
+    return TimeToMatch(
+        reference=reference, within=MATCH_WITHIN, workloads=len(per), model_reached=len(reached),
+        median_model_seconds=statistics.median(m.model_seconds for m in reached) if reached else None,
+        median_search_seconds=statistics.median(m.search_seconds for m in per.values()) if per else None,
+        median_speedup=statistics.median(m.search_seconds / m.model_seconds if m.model_seconds else 0.0
+                                         for m in per.values()) if per else None,
+        per_workload=per)
 
 
 def _curve(group: list[Attempt], unscheduled: dict, k: int) -> BestOfKCurve:

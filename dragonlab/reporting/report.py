@@ -29,6 +29,10 @@ How the numbers are defined (every figure is over held-out prompts or workloads)
   1 the model is faster. Workloads where the system has no correct kernel are counted apart.
 - Trials to match: the first N at which the search's recorded best latency is at most the
   model's best-of-k latency; its wall time is the search's, prorated by N.
+- Wall time to match: the seconds the model (writing and judging its attempts in order) and the
+  search (prorated per trial) took to a kernel within 10% of MetaSchedule at the largest budget.
+- Model-seeded search: `seeded_budget` trials (the model's kernels among them) against plain
+  search at every budget.
 - RL vs SFT: `dragonlab.reporting.compare.compare_models` on the first attempt at each prompt (noise
   threshold measured by re-timing, sign test).
 
@@ -270,15 +274,19 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
         for a in attempts[seeded_by]:
             if a.task == CONSTRUCTION and a.evaluation.latency:
                 seeds[a.workload].append((codec.decode(a.script), a.evaluation.latencies))
-        # at `top` trials against the plain search at `top`: only where that search went so far
+        # compared with plain search at every budget: only where that search went to the largest
+        trials = config.seeded_budget or top
         full = [w for w in held if plain[w.key].budget is None or plain[w.key].budget >= top]
-        runs = baselines.search(full, target, top, out / f"seeded-{seeded_by}", seeds=dict(seeds),
+        runs = baselines.search(full, target, trials, out / f"seeded-{seeded_by}", seeds=dict(seeds),
                                 seed=config.seed, population=config.population, progress=progress)
-        picks = {k: r.best_within(top) for k, r in runs.items()}
-        judge(f"{seeded_by}-seeded metaschedule@{top}", {k: [codec.encode(p[1])] for k, p in picks.items() if p},
+        picks = {k: r.best_within(trials) for k, r in runs.items()}
+        judge(f"{seeded_by}-seeded metaschedule@{trials}", {k: [codec.encode(p[1])] for k, p in picks.items() if p},
               {k: {"seeded": runs[k].seeded} for k in picks})
     result = {system: dict(by_key) for system, by_key in done.items()}
     result["_search"] = search_info
+    if seeded_by:  # its seconds per trial clock a stored search, which kept no wall time
+        result["_seeded"] = {k: {"seconds": r.seconds, "trials": len(r.latencies) - r.seeded}  # searched
+                             for k, r in runs.items()}
     return result
 
 

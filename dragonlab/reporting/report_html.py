@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dragonlab.core.jsonl import write_atomic
 from dragonlab.reporting import plots
-from dragonlab.reporting.metrics import search_curves
+from dragonlab.reporting.metrics import MATCH_WITHIN, search_curves
 from dragonlab.reporting.results import Report
 
 
@@ -122,12 +122,24 @@ def sections(report: Report) -> list[tuple[str, str]]:
     out.append(("Search needed to match the model's best-of-k kernel", table(
         ["system", "workload", "trials", "wall time"], rows)))
 
+    rows = [[html.escape(n), html.escape(t.reference), f"{t.model_reached} of {t.workloads}",
+             fmt(t.median_model_seconds, "s"), fmt(t.median_search_seconds, "s"), fmt(t.median_speedup, "x")]
+            for n, t in report.time_to_match.items() if t.workloads]
+    if rows:
+        out.append((f"Wall time to a kernel within {MATCH_WITHIN - 1:.0%} of search's best, model and search on "
+                    "this machine (median over workloads; the model's seconds are its writing and judging)", table(
+                        ["system", "reference", "model got there", "model", "search", "search / model (0 where "
+                         "the model never got there)"], rows)))
+
     seeded = report.seeded_search
     if seeded:
-        r = seeded.vs_search_alone
-        out.append(("Model-seeded search", f"<p>{html.escape(seeded.system)}: at {seeded.trials} trials "
-                    f"(the model's kernels count as trials), latency / search alone = "
-                    f"{fmt(r.geomean_latency_ratio, 'x')} (geomean over {r.workloads} workloads).</p>"))
+        rows = [[f"N = {n}", fmt(r.geomean_latency_ratio, "x"),
+                 f"{fmt(r.interval[0], 'x')} to {fmt(r.interval[1], 'x')}" if r.interval else "-", str(r.workloads)]
+                for n, r in report.baselines[seeded.system].vs_metaschedule.items()]
+        out.append((f"Model-seeded search: {html.escape(seeded.system)} ({seeded.trials} trials, the model's "
+                    "kernels among them) against plain MetaSchedule at N trials (geomean latency ratio; "
+                    "< 1: faster than search alone)",
+                    table(["plain search", "ratio", "95% interval", "workloads"], rows)))
 
     if cmp:
         rows = [[r.task, str(r.prompts), fmt(r.correct_a, "%"), fmt(r.correct_b, "%"), fmt(r.mean_reward_a),

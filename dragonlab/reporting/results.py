@@ -149,6 +149,34 @@ class Match:
 
 
 @dataclass(frozen=True)
+class MatchTime:
+    """One workload: wall seconds until a kernel within `TimeToMatch.within` of the reference."""
+
+    model_attempts: int | None  # the model's first such attempt (1-based); None: none of its k
+    model_seconds: float | None  # the model's seconds up to it (writing and judging, `Attempt.seconds`)
+    search_trials: int | None  # search's first such candidate, by its recorded latencies
+    search_seconds: float | None  # prorated from the search's seconds per trial (`search_clock`)
+    search_clock: str | None  # "search": the plain search's own wall time; "seeded search": the
+    #                           seeded search's seconds per trial on the workload (a stored search has none)
+
+
+@dataclass(frozen=True)
+class TimeToMatch:
+    """Wall time to a kernel within `within` (1.1: 10%) of `reference`'s latency, model and search on
+    the same machine; `speedup` = search seconds / model seconds per workload, 0 where the model's
+    k attempts never got there."""
+
+    reference: str  # "metaschedule@512"
+    within: float
+    workloads: int  # with a reference kernel, model attempts timed, and a search clock
+    model_reached: int
+    median_model_seconds: float | None  # over the workloads the model reached
+    median_search_seconds: float | None
+    median_speedup: float | None
+    per_workload: dict[str, MatchTime]
+
+
+@dataclass(frozen=True)
 class BestOfKPoint:
     k: int
     geomean_speedup: float | None
@@ -183,9 +211,8 @@ class Audit:
 
 @dataclass(frozen=True)
 class SeededSearch:
-    system: str  # e.g. "rl-seeded metaschedule@512"
-    trials: int
-    vs_search_alone: Ratio
+    system: str  # e.g. "rl-seeded metaschedule@64"
+    trials: int  # the model's kernels count as trials; baselines[system].vs_metaschedule compares
     seeded_kernels: dict[str, int | None]  # per workload: the model's kernels the search started from
 
 
@@ -226,6 +253,8 @@ class Report:
     stored_search: str | None = field(default=None, metadata=_OPTIONAL)  # the corpus whose searches were taken
     # system -> its best-of-k latency / random best-of-k's (k design-space samples), per workload
     best_of_k_vs_random: dict[str, Ratio] = field(default_factory=dict)
+    # system -> wall time to a kernel within 10% of MetaSchedule at the largest budget, against search's
+    time_to_match: dict[str, TimeToMatch] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """report.json's content (JSON types only)."""

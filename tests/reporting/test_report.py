@@ -20,7 +20,7 @@ from dragonlab.learn.attempts import Attempt, read_attempts
 from dragonlab.reporting.compare import Comparison, ModelComparison, compare_models
 from dragonlab.reporting.metrics import fast_p, metrics, pass_at_k, search_curves, stats
 from dragonlab.reporting.report import ReportConfig, held_out_rows, read_report
-from dragonlab.reporting.results import LLMSystem, Match, Ratio, Report
+from dragonlab.reporting.results import LLMSystem, Match, MatchTime, Ratio, Report
 from dragonlab.search.baselines import SearchRun
 
 
@@ -82,18 +82,19 @@ def _baseline(system, latencies):
             for k, t in latencies.items()}
 
 
-def _hand_made_report(rl_vs_sft=None) -> Report:
-    attempts = {"m": [
+def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0) -> Report:
+    attempts = {"m": [replace(a, seconds=seconds) for a in (
         _attempt("test", 0, 0, "construction", "a", 4.0), _attempt("test", 0, 1, "construction", "a", 2.0),
         _attempt("test", 1, 0, "construction", "b", None), _attempt("test", 1, 1, "construction", "b", 1.0),
         _attempt("test", 2, 0, "refinement", "a", 5.0, reference=10.0),
-        _attempt("test", 2, 1, "refinement", "a", None)]}
+        _attempt("test", 2, 1, "refinement", "a", None))]}
     base = {"unscheduled": _baseline("unscheduled", {"a": 8.0, "b": 8.0}),
             "metaschedule@2": _baseline("metaschedule@2", {"a": 2.0, "b": None}),
             "metaschedule@4": _baseline("metaschedule@4", {"a": 1.0, "b": 2.0}),
             "random best-of-2": _baseline("random best-of-2", {"a": 4.0, "b": 4.0}),
             "_search": {"a": {"seconds": 40.0, "latencies": [6.0, 3.0, 2.0, 1.0]},
-                        "b": {"seconds": 10.0, "latencies": [None, 4.0, 2.0, 0.5]}}}
+                        "b": {"seconds": None, "latencies": [None, 4.0, 2.0, 0.5]}},  # a stored search
+            "_seeded": {"b": {"seconds": 12.0, "trials": 3}}}
     config = ReportConfig(k=2, budgets=(2, 4), p=(1.0, 2.0))
     turns = {"m": [{"split": "test", "index": 0, "turn": t, "workload": "a", "task": task, "latency": latency}
                    for t, task, latency in ((0, "construction", 4.0), (1, "refinement", 2.0))]}
@@ -116,7 +117,16 @@ def test_metrics_on_hand_made_numbers():
     assert vs[2] == Ratio(geomean_latency_ratio=1.0, workloads=1, no_correct_kernel=0, no_search_kernel=1)
     # search reached the model's 2.0 at its 3rd trial on a (3/4 of 40 s), its 1.0 at the 4th on b
     assert r.trials_to_match["m"] == {"a": Match(trials=3, seconds=30.0, searched=4),
-                                      "b": Match(trials=4, seconds=10.0, searched=4)}
+                                      "b": Match(trials=4, seconds=None, searched=4)}
+    # Within 10% of MetaSchedule@4 (1.0 on a, 2.0 on b): the model never on a; on b its 2nd attempt
+    # (1.0), after 2 s. Search's own best within 10%: a's 4th trial of 10 s each; b's 4th, clocked
+    # by the seeded search at 12 s / 3 trials: 16 s. Search / model: 0 on a, 8 on b.
+    t = r.time_to_match["m"]
+    assert (t.reference, t.workloads, t.model_reached) == ("metaschedule@4", 2, 1)
+    assert t.per_workload == {"a": MatchTime(None, None, 4, 40.0, "search"),
+                              "b": MatchTime(2, 2.0, 4, 16.0, "seeded search")}
+    assert (t.median_model_seconds, t.median_search_seconds, t.median_speedup) == (2.0, 28.0, 4.0)
+    assert _hand_made_report(seconds=None).time_to_match["m"].workloads == 0  # attempts written untimed
     assert r.baselines["metaschedule@4"].speedup_vs_unscheduled.geomean == pytest.approx(math.sqrt(32))
     assert r.best_of_k_curve["m"].points[0].solved == 0.5
     assert [p.geomean_speedup for p in r.turns["m"].points] == [2.0, 4.0, 4.0, 4.0]  # 8/4, 8/2 from turn 1 on
@@ -151,7 +161,7 @@ def test_the_report_round_trips_through_json_in_report_json_s_shape(tmp_path):
     assert list(d) == ["config", "paper", "held_out_workloads", "systems", "baselines", "best_of_k",
                        "best_of_k_vs_metaschedule", "trials_to_match", "turns", "best_of_k_curve", "rl_vs_sft",
                        "audit", "search_seconds", "workload_names", "run", "target", "models", "llm", "sources",
-                       "best_of_k_vs_random"]
+                       "best_of_k_vs_random", "time_to_match"]
     m = d["systems"]["m"]
     assert list(m) == ["summary", "construction", "refinement", "all"] and "speedup_vs_input" not in m["construction"]
     assert m["construction"]["pass@k"] == {"1": 0.75, "2": 1.0} and "geomean correct" in m["all"]["speedup_vs_unscheduled"]
@@ -286,7 +296,8 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
     answers = {row["prompt"]: row["completion"] for row in datasets.load_from_disk(str(data))["train"]}
     with serving() as llm:  # an LLM that answers each prompt with the dataset's reference script, fenced
         llm.contents = lambda k, body: f"```\n{answers.get(body['messages'][1]['content'], 'no idea')}\n```"
-        parameters = {"run": str(run_dir), "k": 2, "budgets": [2, 4], "population": 64, "turns": 1, "refinement_per_workload": 1,
+        parameters = {"run": str(run_dir), "k": 2, "budgets": [2, 4], "seeded_budget": 2, "population": 64,
+                      "turns": 1, "refinement_per_workload": 1,
                       "splits": ["train"], "constrained": False, "llm_base_url": llm.base_url, "llm_model": MODEL}
         ran = run_notebook("06_evaluate", parameters, notebook_kernel, tmp_path)
         served = len(llm.requests)
@@ -301,20 +312,26 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         assert report.systems[llm_name].construction.correct == 1.0  # the references, judged for real
         assert report.systems[llm_name].refinement.correct == 1.0
         assert {"unscheduled", "random best-of-2", "dlight", "metaschedule@2", "metaschedule@4",
-                "rl-seeded metaschedule@4"} == set(report.baselines)
+                "rl-seeded metaschedule@2"} == set(report.baselines)
         for budget in (2, 4):  # model best-of-k vs MetaSchedule at N: filled for the LLM's correct kernels
             assert report.best_of_k_vs_metaschedule[llm_name][budget].workloads == 2
             assert report.best_of_k_vs_metaschedule[llm_name][budget].geomean_latency_ratio > 0
         assert [r.task for r in report.rl_vs_sft.rows] == ["construction", "refinement", "all"]
         assert report.audit.round_trip_failures == () and report.audit.decoded > 0
-        assert set(report.turns) == {"sft", "rl"} and report.seeded_search.vs_search_alone.workloads == 2
+        assert set(report.turns) == {"sft", "rl"} and report.seeded_search.trials == 2
+        seeded = report.baselines[report.seeded_search.system].vs_metaschedule  # at 2 trials, against 2 and 4
+        assert set(seeded) == {2, 4} and all(r.workloads == 2 for r in seeded.values())
+        # every system's attempts are timed, and the plain search (run here) kept its wall time
+        assert {n: (t.workloads, t.reference) for n, t in report.time_to_match.items()} == {
+            n: (2, "metaschedule@4") for n in report.systems}
         html = (run_dir / "report" / "report.html").read_text()
         assert html.count("<table") >= 8 and "Plotly.newPlot" in html and "The paper beside ours" in html
         assert ran.count(PLOTLY) >= 4 and ran.count(WIDGET) >= 1
 
         # Rerun from the command line: everything is read back, nothing asked or judged again.
         lines = {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")}
-        args = ["report", "--run", str(run_dir), "--k", "2", "--budgets", "2", "4", "--population", "64", "--turns", "1",
+        args = ["report", "--run", str(run_dir), "--k", "2", "--budgets", "2", "4", "--seeded-budget", "2",
+                "--population", "64", "--turns", "1",
                 "--refinement-per-workload", "1", "--splits", "train", "--llm-base-url", llm.base_url,
                 "--llm-model", MODEL]
         assert main(args) == 0
