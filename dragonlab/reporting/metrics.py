@@ -155,7 +155,7 @@ def _system(group: list[Attempt], unscheduled: dict, ms: dict, config: ReportCon
         tasks["overall" if task == "all" else task] = TaskMetrics(
             attempts=len(g), prompts=len(by_prompt), correct=sum(a.evaluation.correct for a in g) / len(g),
             pass_at_k={k: sum(pass_at_k(len(v), sum(v), k) for v in by_prompt.values()) / len(by_prompt)
-                       for k in (1, 2, 4, 8, 16) if k <= n},
+                       for k in (1, 2, 4, 8, 16, 32, 64) if k <= n},
             speedup_vs_unscheduled=stats([b / t if t and b else None for t, b in zip(lat, ref)]),
             fast_p=fast, speedup_vs_input=versus_input)
     return SystemMetrics(summary=tuple(from_json(SummaryRow, row) for row in summary(group)), **tasks)
