@@ -110,6 +110,37 @@ def report(args) -> int:
     return 0
 
 
+def add_scaling(sub, name: str, help: str):
+    c = command(sub, name, help,
+                description="One point per SFT run: its training workloads and model size, its exact per-attempt "
+                            "correctness per task, and the best-of-k speedup of its construction attempts (bootstrap "
+                            "95%% interval), from an attempts file written by `dragonlab attempts`. Writes "
+                            "OUT/points.json, OUT/points.md and each run's run.json, log.jsonl and attempts under "
+                            "OUT/<run>/, and prints the table.")
+    c.add_argument("runs", nargs="+", metavar="RUN[=ATTEMPTS]",
+                   help="an SFT run directory (or a shipped model directory with its run.json), and its attempts "
+                        "file when it is not RUN/attempts-test.jsonl")
+    c.add_argument("--out", type=Path, required=True, help="directory for the points and the runs' evidence")
+    c.set_defaults(run=scaling_points)
+
+
+def scaling_points(args) -> int:
+    from dragonlab.reporting import scaling
+
+    runs, attempts = [], []
+    for arg in args.runs:
+        run, _, judged = arg.partition("=")
+        runs.append(Path(run))
+        attempts.append((Path(judged) if judged else Path(run) / "attempts-test.jsonl").resolve())
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two runs share a directory name ({', '.join(names)}): OUT/<name>/ would mix them")
+    points = [scaling.point(r, a) for r, a in zip(runs, attempts)]
+    print(scaling.table(points))
+    print(f"-> {scaling.write(points, runs, attempts, args.out)}")
+    return 0
+
+
 def summary_text(report) -> str:
     """A few lines of a `Report` for the terminal (`dragonlab demo` prints them too)."""
     lines = []
@@ -127,4 +158,6 @@ def summary_text(report) -> str:
 COMMANDS = [
     Command("compare", "two models' kernels on held-out prompts: faster beyond measured noise?", add_compare),
     Command("report", "the replication report: models against search, dlight, random and LLMs", add_report),
+    Command("scaling", "the scaling curve: exact correctness and best-of-k of SFT runs, by data and size",
+            add_scaling),
 ]

@@ -12,7 +12,10 @@ the run directory: its training workloads and model size, and its attempts at a 
     points = [scaling.point(run, "attempts-test.jsonl") for run in runs]
     scaling.figure(points).show()
 
-docs/sft.md has the curve of the standard corpus and the commands that made it.
+`dragonlab scaling RUN... --out DIR` writes the points (`points.json`, read back by `read`), their
+table, and each run's evidence (run.json, log.jsonl, the attempts) to DIR: the curve can be drawn,
+and checked, without the models. docs/sft.md has the curve of the standard corpus and the
+commands that made it (`results/cpu-standard/scaling/`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dragonlab.core.errors import InputError
@@ -84,6 +87,34 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
         exact={t: rows[t]["exact"] for t in tasks}, correct={t: rows[t]["correct"] for t in tasks},
         cut_short=rows["all"]["dead_ends"] + rows["all"]["cut_at_length"], k=k,
         best_of_k=geomean(counted), interval=geomean_interval(counted))
+
+
+def write(points: list[ScalingPoint], runs: list[Path], attempts: list[Path], out: str | os.PathLike) -> Path:
+    """`out`/points.json (the points), `out`/points.md (their table) and, for each run, `out`/<run's
+    name>/ with its run.json, log.jsonl and attempts file. Files are replaced whole."""
+    import shutil
+
+    from dragonlab.core.jsonl import write_atomic
+
+    out = Path(out)
+    for run, judged in zip(runs, attempts):
+        (out / run.name).mkdir(parents=True, exist_ok=True)
+        for f in (run / "run.json", run / "log.jsonl", judged):
+            shutil.copyfile(f, out / run.name / f".{f.name}.tmp")
+            os.replace(out / run.name / f".{f.name}.tmp", out / run.name / f.name)
+    write_atomic(out / "points.json", json.dumps([asdict(p) for p in points], indent=1) + "\n")
+    write_atomic(out / "points.md", table(points) + "\n")
+    return out / "points.json"
+
+
+def read(path: str | os.PathLike) -> list[ScalingPoint]:
+    """The points of a points.json written by `write`."""
+    try:
+        rows = json.loads(Path(path).read_text())
+        return [ScalingPoint(**{**d, "interval": tuple(d["interval"]) if d.get("interval") else None})
+                for d in rows]
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise InputError(f"{path}: not a points.json written by `dragonlab scaling` ({e})") from None
 
 
 def _parameters(model_dir: Path) -> int:

@@ -44,3 +44,23 @@ def test_a_point_reads_the_run_and_scores_its_attempts(tiny, tmp_path):
     for name in ("run.json", "log.jsonl"):
         shutil.copy(run / name, shipped / name)
     assert scaling.point(shipped, attempts) == dataclasses.replace(p, run=str(shipped))
+
+
+def test_the_scaling_command_writes_the_points_and_the_evidence_beside_them(tiny, tmp_path, capsys):
+    from dragonlab.cli import main
+
+    run = tiny[0].out
+    attempts = tmp_path / "judged.jsonl"
+    attempts.write_text(json.dumps(_attempt(0, 0, "construction", 2.0).to_json()) + "\n")
+    out = tmp_path / "curve"
+    assert main(["scaling", f"{run}={attempts}", "--out", str(out)]) == 0
+    points = scaling.read(out / "points.json")
+    assert points == [scaling.point(run, attempts)] and points[0].best_of_k == pytest.approx(2.0)
+    assert "| run | scratch-tiny (" in capsys.readouterr().out and (out / "points.md").read_text().startswith("| run")
+    assert sorted(p.name for p in (out / run.name).iterdir()) == ["judged.jsonl", "log.jsonl", "run.json"]
+    # the default attempts file is RUN/attempts-test.jsonl; a missing one is named
+    assert main(["scaling", str(run), "--out", str(out)]) == 2
+    assert "attempts-test.jsonl: no attempts file" in capsys.readouterr().err
+    (out / "points.json").write_text("[{\"run\": 1}]")
+    with pytest.raises(InputError, match="points.json: not a points.json"):
+        scaling.read(out / "points.json")
