@@ -85,3 +85,21 @@ def test_every_notebook_is_a_lesson_with_parameters_and_no_outputs():
         assert "parameters" in cells[1].metadata.get("tags", []), name
         assert not any(c.get("outputs") or c.get("execution_count") for c in cells if c.cell_type == "code"), name
         assert "What to take away" in cells[-1].source, name
+
+
+def test_a_notebook_started_in_notebooks_works_from_the_repository_root(tmp_path, monkeypatch):
+    """JupyterLab starts a notebook's kernel in notebooks/; the notebooks' paths are the repository's."""
+    import dragonlab
+
+    repo = tmp_path / "repo"
+    for d in ("notebooks", "dragonlab"):
+        (repo / d).mkdir(parents=True)
+    (repo / "pyproject.toml").write_text("")
+    monkeypatch.chdir(repo / "notebooks")
+    assert dragonlab.use_repository_root() == repo
+    stranger = tmp_path / "mine" / "notebooks"  # a notebooks/ directory that is not this repository's
+    stranger.mkdir(parents=True)
+    monkeypatch.chdir(stranger)
+    assert dragonlab.use_repository_root() == stranger
+    assert all("dragonlab.use_repository_root()" in open(ROOT / "notebooks" / f"{n}.ipynb").read()
+               for n in ("00_quickstart", "03_dataset", "04_sft", "05_rl", "06_evaluate", "07_tune_network"))
