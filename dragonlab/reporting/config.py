@@ -18,7 +18,7 @@ class ReportConfig:
     splits: tuple[str, ...] = field(default=("test", "test_family"), metadata={"help": "held-out splits"})
     refinement_per_workload: int | None = field(default=2, metadata={"help": "refinement prompts per workload (None: all)",
                                                                      "range": "> 0"})
-    budgets: tuple[int, ...] = field(default=(8, 32, 128, 512), metadata={"help": "MetaSchedule trial budgets",
+    budgets: tuple[int, ...] = field(default=(8, 32, 64, 128, 512), metadata={"help": "MetaSchedule trial budgets",
                                                                           "range": "> 0"})
     seeded_budget: int | None = field(default=None, metadata={
         "help": "trials of the model-seeded search, the model's kernels among them (None: the largest budget); "
