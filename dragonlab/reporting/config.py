@@ -8,18 +8,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dragonlab.core import fields
+from dragonlab.core.errors import InputError
 from dragonlab.search.config import POPULATION
 
 
 @dataclass(frozen=True)
 class ReportConfig:
     k: int = field(default=8, metadata={"help": "attempts per held-out prompt (best-of-k, pass@k)", "range": "> 0"})
+    best_of: int | None = field(default=None, metadata={
+        "help": "attempts per construction prompt, for the best-of-j curve up to it (None: k); correctness and "
+                "pass@k count them all, best-of-k against search and random samples takes the first k",
+        "range": "> 0"})
     temperature: float = field(default=0.8, metadata={"help": "sampling temperature of every model", "range": ">= 0"})
     splits: tuple[str, ...] = field(default=("test", "test_family"), metadata={"help": "held-out splits"})
     refinement_per_workload: int | None = field(default=2, metadata={"help": "refinement prompts per workload (None: all)",
                                                                      "range": "> 0"})
     budgets: tuple[int, ...] = field(default=(8, 32, 64, 128, 512), metadata={"help": "MetaSchedule trial budgets",
-                                                                          "range": "> 0"})
+                                                                              "range": "> 0"})
     seeded_budget: int | None = field(default=None, metadata={
         "help": "trials of the model-seeded search, the model's kernels among them (None: the largest budget); "
                 "it is compared with plain search at every budget", "range": "> 0"})
@@ -34,3 +39,6 @@ class ReportConfig:
 
     def __post_init__(self):
         fields.check(self)
+        if self.best_of is not None and self.best_of < self.k:
+            raise InputError(f"ReportConfig.best_of ({self.best_of}) must be at least k ({self.k}): best-of-k "
+                             "takes the first k of a construction prompt's attempts")

@@ -18,7 +18,7 @@ from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
 from dragonlab.reporting.compare import ModelComparison
 from dragonlab.reporting.config import ReportConfig
 from dragonlab.reporting.results import (PAPER, Audit, BaselineMetrics, BestOfKCurve, BestOfKPoint, Match,
-                                         Ratio,                                          MatchTime, Report, SeededSearch, Stats, SummaryRow, SystemMetrics,
+                                         MatchTime, Ratio, Report, SeededSearch, Stats, SummaryRow, SystemMetrics,
                                          TaskMetrics, TimeToMatch, TurnCurve, TurnPoint, WorkloadKernel, from_json)
 
 # --- the measures ---------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
         if random:
             versus_random[name] = _ratio(best, random, held)
         to_match[name] = _to_match(best, search)
-        curves[name] = _curve(group, unscheduled, config.k)
+        curves[name] = _curve(group, unscheduled, config.best_of or config.k, ms, held)
         times[name] = _time_to_match(group, f"metaschedule@{top}", ms[top], search, base.get("_seeded", {}))
     baselines = {}
     for system, by_key in base.items():
@@ -247,9 +247,10 @@ def _time_to_match(group: list[Attempt], reference: str, goal: dict, search: dic
         per_workload=per)
 
 
-def _curve(group: list[Attempt], unscheduled: dict, k: int) -> BestOfKCurve:
+def _curve(group: list[Attempt], unscheduled: dict, k: int, ms: dict, held: list[str]) -> BestOfKCurve:
     """Best-of-j for j = 1..k: geomean speedup (incorrect = 1) of the best correct kernel among
-    the first j attempts at each construction prompt, and pass@j."""
+    the first j attempts at each construction prompt, and pass@j; for j a power of two and k,
+    best-of-j against MetaSchedule at each budget (`ms`: {N: {key: latency}})."""
     prompts = defaultdict(list)
     for a in sorted(group, key=lambda a: a.sample):
         if a.task == CONSTRUCTION:
@@ -263,7 +264,9 @@ def _curve(group: list[Attempt], unscheduled: dict, k: int) -> BestOfKCurve:
             speedups.append(ref / min(lat) if lat and ref else None)
             passed.append(any(a.evaluation.correct for a in tries[:j]))
         if prompts:
-            curve.append(BestOfKPoint(k=j, geomean_speedup=stats(speedups).geomean, solved=sum(passed) / len(passed)))
+            versus = _versus(_best_of(group, CONSTRUCTION, j), ms, held) if j & (j - 1) == 0 or j == k else {}
+            curve.append(BestOfKPoint(k=j, geomean_speedup=stats(speedups).geomean, solved=sum(passed) / len(passed),
+                                      vs_metaschedule=versus))
     return BestOfKCurve(prompts=len(prompts), points=tuple(curve))
 
 

@@ -153,9 +153,15 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
 
 
 def _attempts(writer, evaluator, rows, workloads, path: Path, config: ReportConfig, progress: bool) -> list[Attempt]:
-    return [a for split, split_rows in rows.items() for a in write_and_evaluate(
-        writer, evaluator, split_rows, workloads, split=split, n=config.k, out=path, seed=config.seed,
-        per_batch=max(1, 8 // config.k), progress=progress)]
+    """k attempts at each prompt, `best_of` at construction prompts."""
+    out = []
+    for split, split_rows in rows.items():
+        for task, n in ((CONSTRUCTION, config.best_of or config.k), (REFINEMENT, config.k)):
+            task_rows = [r for r in split_rows if r["task"] == task]
+            if task_rows:
+                out += write_and_evaluate(writer, evaluator, task_rows, workloads, split=split, n=n, out=path,
+                                          seed=config.seed, per_batch=max(1, 8 // n), progress=progress)
+    return out
 
 
 def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Path,

@@ -100,6 +100,14 @@ def sections(report: Report) -> list[tuple[str, str]]:
     out.append((f"Model best-of-{cfg.k} vs MetaSchedule at N trials (geomean latency ratio; < 1: faster than search)",
                 table(["system"] + [f"N = {b}" for b in budgets], rows)))
 
+    rows = [[html.escape(n), str(p.k)] + [fmt(p.vs_metaschedule[b].geomean_latency_ratio, "x")
+                                          if b in p.vs_metaschedule else "–" for b in budgets]
+            for n, curve in report.best_of_k_curve.items() for p in curve.points if p.vs_metaschedule]
+    if rows:
+        out.append(("Best-of-j against MetaSchedule at N trials: attempts against measurements (geomean latency "
+                    "ratio over the workloads both have a kernel for; < 1: faster than search)",
+                    table(["system", "j"] + [f"N = {b}" for b in budgets], rows)))
+
     rows = [[html.escape(n), fmt(r.geomean_latency_ratio, "x"),
              f"{fmt(r.interval[0], 'x')} to {fmt(r.interval[1], 'x')}" if r.interval else "-",
              str(r.workloads), str(r.no_correct_kernel), str(r.no_search_kernel)]

@@ -181,6 +181,8 @@ class BestOfKPoint:
     k: int
     geomean_speedup: float | None
     solved: float
+    # k a power of two or the last: best-of-k latency / MetaSchedule at N's, per budget N
+    vs_metaschedule: dict[int, Ratio] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,9 @@ def test_metrics_on_hand_made_numbers():
     assert _hand_made_report(seconds=None).time_to_match["m"].workloads == 0  # attempts written untimed
     assert r.baselines["metaschedule@4"].speedup_vs_unscheduled.geomean == pytest.approx(math.sqrt(32))
     assert r.best_of_k_curve["m"].points[0].solved == 0.5
+    assert r.best_of_k_curve["m"].points[-1].vs_metaschedule == vs  # best-of-j at j = k is best-of-k
+    first = r.best_of_k_curve["m"].points[0].vs_metaschedule[4]  # best-of-1: 4/1 on a, none correct on b
+    assert (first.geomean_latency_ratio, first.workloads, first.no_correct_kernel) == (pytest.approx(4.0), 1, 1)
     assert [p.geomean_speedup for p in r.turns["m"].points] == [2.0, 4.0, 4.0, 4.0]  # 8/4, 8/2 from turn 1 on
     assert r.seeded_search is None and set(search_curves(r)) == {"m", "random best-of-2"}
     # best-of-2 against 2 random samples: 2/4 on a, 1/4 on b; the interval resamples the two workloads
@@ -296,8 +299,8 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
     answers = {row["prompt"]: row["completion"] for row in datasets.load_from_disk(str(data))["train"]}
     with serving() as llm:  # an LLM that answers each prompt with the dataset's reference script, fenced
         llm.contents = lambda k, body: f"```\n{answers.get(body['messages'][1]['content'], 'no idea')}\n```"
-        parameters = {"run": str(run_dir), "k": 2, "budgets": [2, 4], "seeded_budget": 2, "population": 64,
-                      "turns": 1, "refinement_per_workload": 1,
+        parameters = {"run": str(run_dir), "k": 2, "best_of": 3, "budgets": [2, 4], "seeded_budget": 2,
+                      "population": 64, "turns": 1, "refinement_per_workload": 1,
                       "splits": ["train"], "constrained": False, "llm_base_url": llm.base_url, "llm_model": MODEL}
         ran = run_notebook("06_evaluate", parameters, notebook_kernel, tmp_path)
         served = len(llm.requests)
@@ -309,6 +312,10 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         assert set(report.systems) == {"sft", "rl", llm_name} and report.llm.system == llm_name
         for name, system in report.systems.items():
             assert system.construction and system.refinement, name
+            # best_of 3 attempts at each construction prompt, k = 2 at refinement ones
+            assert max(system.construction.pass_at_k) == 2 and max(system.refinement.pass_at_k) == 2
+            assert system.construction.attempts == 3 * system.construction.prompts
+            assert [p.k for p in report.best_of_k_curve[name].points] == [1, 2, 3]
         assert report.systems[llm_name].construction.correct == 1.0  # the references, judged for real
         assert report.systems[llm_name].refinement.correct == 1.0
         assert {"unscheduled", "random best-of-2", "dlight", "metaschedule@2", "metaschedule@4",
@@ -330,14 +337,15 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
 
         # Rerun from the command line: everything is read back, nothing asked or judged again.
         lines = {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")}
-        args = ["report", "--run", str(run_dir), "--k", "2", "--budgets", "2", "4", "--seeded-budget", "2",
-                "--population", "64", "--turns", "1",
+        args = ["report", "--run", str(run_dir), "--k", "2", "--best-of", "3", "--budgets", "2", "4",
+                "--seeded-budget", "2", "--population", "64", "--turns", "1",
                 "--refinement-per-workload", "1", "--splits", "train", "--llm-base-url", llm.base_url,
                 "--llm-model", MODEL]
         assert main(args) == 0
         assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
         assert len(llm.requests) == served
-        assert len(read_attempts(run_dir / "report" / f"attempts-{llm_name}.jsonl")) == 2 * 2 * 2  # workloads x tasks x k
+        written = read_attempts(run_dir / "report" / f"attempts-{llm_name}.jsonl")
+        assert len(written) == 2 * (3 + 2)  # workloads x (best_of + k)
         # Other settings would mix with what is there: refused, nothing written.
         assert main(args[:3] + ["--k", "3"] + args[5:]) == 2
         assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
