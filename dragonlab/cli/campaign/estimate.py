@@ -43,8 +43,10 @@ def estimate(c: Campaign, checks: list[Check]) -> list[Row]:
     bench = benchmark(c)
     held, held_src = (len(bench[0].judged()), f"[{bench[1]}]") if bench else \
         (max(1, round(w * dataset_config(c).test)), "(the test share)")
-    prompts = held * rep.k * (1 + rep.turns + (rep.refinement_per_workload or 0))  # per model
+    best_of, refinements = rep.best_of or rep.k, rep.refinement_per_workload or 0
+    prompts = held * (best_of + refinements * rep.k + rep.turns)  # scripts per model; a turn writes one
     per_candidate, top = f"{cand:g} s [file]", max(rep.budgets)
+    seeded = rep.seeded_budget or top
     tps = lambda x: f"{x:,g} tokens/s [file]"  # noqa: E731
 
     def row(stage, what, units, derivation, seconds_each, cost, devices=1):
@@ -68,14 +70,14 @@ def estimate(c: Campaign, checks: list[Check]) -> list[Row]:
             f"{scripts:,} scripts x {e.tokens_per_example} tokens [file]", 1 / train, tps(train), c.sft.processes),
         row("rl", "scripts judged", scripts, f"{scripts:,} scripts", cand, per_candidate, c.sft.processes),
         row("report", "generated tokens", 2 * prompts * e.tokens_per_script,
-            f"2 models x {held:,} held-out workloads {held_src} x {rep.k} x (1 + {rep.turns} turns + "
-            f"{rep.refinement_per_workload or 0} refinement) x {e.tokens_per_script} tokens [file]", 1 / gen, tps(gen)),
+            f"2 models x {held:,} held-out workloads {held_src} x ({best_of} construction + {refinements} "
+            f"refinement x {rep.k} + {rep.turns} turns) x {e.tokens_per_script} tokens [file]", 1 / gen, tps(gen)),
         row("report", "scripts judged", 2 * prompts + held * (rep.k + 2 + len(rep.budgets)),
             f"the models' {2 * prompts:,} + baselines' {held:,} x {rep.k + 2 + len(rep.budgets)}", cand,
             per_candidate),
-        row("report", "search candidates", (1 if bench else 2) * held * top,
-            f"{'seeded search (the plain one is stored)' if bench else 'plain and seeded search'} x {held:,} "
-            f"workloads x {top} trials", cand, per_candidate),
+        row("report", "search candidates", held * (seeded + (0 if bench else top)),
+            f"{held:,} workloads x ({seeded} trials of seeded search"
+            + (", the plain one stored)" if bench else f" + {top} of plain search)"), cand, per_candidate),
     ]
     return rows
 
@@ -156,6 +158,8 @@ def plan(c: Campaign) -> list[str]:
               "# report",
               f"dragonlab report --run {out} --k {rep.k} --budgets {' '.join(map(str, rep.budgets))} --turns "
               f"{rep.turns} --refinement-per-workload {rep.refinement_per_workload}"
+              + (f" --best-of {rep.best_of}" if rep.best_of else "")
+              + (f" --seeded-budget {rep.seeded_budget}" if rep.seeded_budget else "")
               + (" --constrained" if rep.constrained else "")]
     return lines
 
