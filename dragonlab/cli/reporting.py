@@ -119,7 +119,8 @@ def add_scaling(sub, name: str, help: str):
                             "OUT/<run>/, and prints the table.")
     c.add_argument("runs", nargs="+", metavar="RUN[=ATTEMPTS]",
                    help="an SFT run directory (or a shipped model directory with its run.json), and its attempts "
-                        "file when it is not RUN/attempts-test.jsonl")
+                        "file when it is not RUN/attempts-test.jsonl; a run may come again with other attempts "
+                        "(constrained and unconstrained: a point each)")
     c.add_argument("--out", type=Path, required=True, help="directory for the points and the runs' evidence")
     c.set_defaults(run=scaling_points)
 
@@ -132,9 +133,10 @@ def scaling_points(args) -> int:
         run, _, judged = arg.partition("=")
         runs.append(Path(run))
         attempts.append((Path(judged) if judged else Path(run) / "attempts-test.jsonl").resolve())
-    names = [r.name for r in runs]
+    names = [(r.name, a.name) for r, a in zip(runs, attempts)]
     if len(set(names)) != len(names):
-        raise UsageError(f"two runs share a directory name ({', '.join(names)}): OUT/<name>/ would mix them")
+        raise UsageError("two runs share a directory name and an attempts file name "
+                         f"({', '.join('/'.join(n) for n in names)}): OUT/<name>/ would mix them")
     points = [scaling.point(r, a) for r, a in zip(runs, attempts)]
     print(scaling.table(points))
     print(f"-> {scaling.write(points, runs, attempts, args.out)}")

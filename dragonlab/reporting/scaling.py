@@ -47,6 +47,9 @@ class ScalingPoint:
     k: int  # attempts per construction prompt
     best_of_k: float | None  # geomean speedup over the unscheduled kernel
     interval: tuple[float, float] | None
+    # the attempts were written with constrained decoding (which makes nearly every script exact:
+    # exactness without it is what the model learned); None: they say nothing of it
+    constrained: bool | None = None
 
 
 def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> ScalingPoint:
@@ -86,7 +89,8 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
         steps=max((d.get("step", 0) for d in read_log(run / "log.jsonl")), default=0), attempts=len(judged),
         exact={t: rows[t]["exact"] for t in tasks}, correct={t: rows[t]["correct"] for t in tasks},
         cut_short=rows["all"]["dead_ends"] + rows["all"]["cut_at_length"], k=k,
-        best_of_k=geomean(counted), interval=geomean_interval(counted))
+        best_of_k=geomean(counted), interval=geomean_interval(counted),
+        constrained=True if all(a.ending for a in judged) else False if not any(a.ending for a in judged) else None)
 
 
 def write(points: list[ScalingPoint], runs: list[Path], attempts: list[Path], out: str | os.PathLike) -> Path:
@@ -141,10 +145,10 @@ def figure(points: list[ScalingPoint]):
                                                         "best-of-k speedup over the unscheduled kernel"))
     by_preset = defaultdict(list)
     for p in sorted(points, key=lambda p: p.train_workloads):
-        by_preset[(p.preset, p.parameters)].append(p)
-    for (preset, params), line in by_preset.items():
+        by_preset[(p.preset, p.parameters, p.constrained)].append(p)
+    for (preset, params, constrained), line in by_preset.items():
         x = [p.train_workloads for p in line]
-        name = f"{preset} ({params / 1e6:.1f}M)"
+        name = f"{preset} ({params / 1e6:.1f}M{DECODING[constrained]})"
         for task in TASKS:
             if any(task in p.exact for p in line):
                 fig.add_trace(go.Scatter(x=x, y=[p.exact.get(task) for p in line], mode="lines+markers",
@@ -160,14 +164,18 @@ def figure(points: list[ScalingPoint]):
     return fig
 
 
+DECODING = {True: ", constrained", False: ", unconstrained", None: ""}
+
+
 def table(points: list[ScalingPoint]) -> str:
     """The points as a Markdown table (docs/sft.md)."""
-    rows = ["| run | model | training workloads | steps | attempts | exact (construction / refinement) "
-            "| best-of-k speedup (95% interval) | cut short |", "|---|---|---:|---:|---:|---|---|---:|"]
-    for p in sorted(points, key=lambda p: (p.parameters, p.train_workloads)):
+    rows = ["| run | model | training workloads | steps | decoding | attempts | exact (construction / refinement) "
+            "| best-of-k speedup (95% interval) | cut short |", "|---|---|---:|---:|---|---:|---|---|---:|"]
+    for p in sorted(points, key=lambda p: (p.constrained is False, p.parameters, p.train_workloads)):
         exact = " / ".join(f"{p.exact[t]:.1%}" if t in p.exact else "-" for t in TASKS)
         interval = f" ({p.interval[0]:.2f}-{p.interval[1]:.2f})" if p.interval else ""
         speed = f"{p.best_of_k:.2f}x{interval}" if p.best_of_k else "-"
+        decoding = DECODING[p.constrained].removeprefix(", ") or "-"
         rows.append(f"| {Path(p.run).name} | {p.preset} ({p.parameters / 1e6:.1f}M) | {p.train_workloads} | "
-                    f"{p.steps} | {p.attempts} | {exact} | {speed} (k={p.k}) | {p.cut_short} |")
+                    f"{p.steps} | {decoding} | {p.attempts} | {exact} | {speed} (k={p.k}) | {p.cut_short} |")
     return "\n".join(rows)

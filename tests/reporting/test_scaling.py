@@ -50,14 +50,20 @@ def test_the_scaling_command_writes_the_points_and_the_evidence_beside_them(tiny
     from dragonlab.cli import main
 
     run = tiny[0].out
-    attempts = tmp_path / "judged.jsonl"
+    attempts, free = tmp_path / "judged.jsonl", tmp_path / "free.jsonl"  # constrained, and not
     attempts.write_text(json.dumps(_attempt(0, 0, "construction", 2.0).to_json()) + "\n")
+    free.write_text(json.dumps(dataclasses.replace(_attempt(0, 0, "construction"), ending=None).to_json()) + "\n")
     out = tmp_path / "curve"
-    assert main(["scaling", f"{run}={attempts}", "--out", str(out)]) == 0
+    assert main(["scaling", f"{run}={attempts}", f"{run}={free}", "--out", str(out)]) == 0
     points = scaling.read(out / "points.json")
-    assert points == [scaling.point(run, attempts)] and points[0].best_of_k == pytest.approx(2.0)
-    assert "| run | scratch-tiny (" in capsys.readouterr().out and (out / "points.md").read_text().startswith("| run")
-    assert sorted(p.name for p in (out / run.name).iterdir()) == ["judged.jsonl", "log.jsonl", "run.json"]
+    assert points == [scaling.point(run, attempts), scaling.point(run, free)]
+    assert [p.constrained for p in points] == [True, False] and points[0].best_of_k == pytest.approx(2.0)
+    shown = capsys.readouterr().out
+    assert "| 2 | 160 | constrained | 1 |" in shown and "| 2 | 160 | unconstrained | 1 |" in shown
+    assert (out / "points.md").read_text().startswith("| run") and len(scaling.figure(points).data) == 4
+    assert sorted(p.name for p in (out / run.name).iterdir()) == ["free.jsonl", "judged.jsonl", "log.jsonl",
+                                                                  "run.json"]
+    assert main(["scaling", f"{run}={attempts}", f"{run}={attempts}", "--out", str(out)]) == 2  # would mix
     # the default attempts file is RUN/attempts-test.jsonl; a missing one is named
     assert main(["scaling", str(run), "--out", str(out)]) == 2
     assert "attempts-test.jsonl: no attempts file" in capsys.readouterr().err
