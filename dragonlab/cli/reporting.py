@@ -133,7 +133,7 @@ def scaling_points(args) -> int:
         run, _, judged = arg.partition("=")
         runs.append(Path(run))
         attempts.append((Path(judged) if judged else Path(run) / "attempts-test.jsonl").resolve())
-    names = [(r.name, a.name) for r, a in zip(runs, attempts)]
+    names = [(scaling.label(r), a.name) for r, a in zip(runs, attempts)]
     if len(set(names)) != len(names):
         raise UsageError("two runs share a directory name and an attempts file name "
                          f"({', '.join('/'.join(n) for n in names)}): OUT/<name>/ would mix them")

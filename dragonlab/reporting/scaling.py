@@ -94,21 +94,29 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
 
 
 def write(points: list[ScalingPoint], runs: list[Path], attempts: list[Path], out: str | os.PathLike) -> Path:
-    """`out`/points.json (the points), `out`/points.md (their table) and, for each run, `out`/<run's
-    name>/ with its run.json, log.jsonl and attempts file. Files are replaced whole."""
+    """`out`/points.json (the points), `out`/points.md (their table) and, for each run, `out`/<its
+    `label`>/ with its run.json, log.jsonl and attempts file. Files are replaced whole."""
     import shutil
 
     from dragonlab.core.jsonl import write_atomic
 
     out = Path(out)
     for run, judged in zip(runs, attempts):
-        (out / run.name).mkdir(parents=True, exist_ok=True)
+        evidence = out / label(run)
+        evidence.mkdir(parents=True, exist_ok=True)
         for f in (run / "run.json", run / "log.jsonl", judged):
-            shutil.copyfile(f, out / run.name / f".{f.name}.tmp")
-            os.replace(out / run.name / f".{f.name}.tmp", out / run.name / f.name)
+            shutil.copyfile(f, evidence / f".{f.name}.tmp")
+            os.replace(evidence / f".{f.name}.tmp", evidence / f.name)
     write_atomic(out / "points.json", json.dumps([asdict(p) for p in points], indent=1) + "\n")
     write_atomic(out / "points.md", table(points) + "\n")
     return out / "points.json"
+
+
+def label(run: str | os.PathLike) -> str:
+    """A run's name in tables and under `write`'s directory: its directory's name, or for a shipped
+    model directory ("data/cpu-standard-v1/model") the last two parts."""
+    run = Path(run)
+    return f"{run.parent.name}/{run.name}" if run.name == "model" else run.name
 
 
 def read(path: str | os.PathLike) -> list[ScalingPoint]:
@@ -176,6 +184,6 @@ def table(points: list[ScalingPoint]) -> str:
         interval = f" ({p.interval[0]:.2f}-{p.interval[1]:.2f})" if p.interval else ""
         speed = f"{p.best_of_k:.2f}x{interval}" if p.best_of_k else "-"
         decoding = DECODING[p.constrained].removeprefix(", ") or "-"
-        rows.append(f"| {Path(p.run).name} | {p.preset} ({p.parameters / 1e6:.1f}M) | {p.train_workloads} | "
+        rows.append(f"| {label(p.run)} | {p.preset} ({p.parameters / 1e6:.1f}M) | {p.train_workloads} | "
                     f"{p.steps} | {decoding} | {p.attempts} | {exact} | {speed} (k={p.k}) | {p.cut_short} |")
     return "\n".join(rows)

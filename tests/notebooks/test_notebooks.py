@@ -41,9 +41,10 @@ LESSONS = [
            figures=3, files=("ds/dataset_dict.json",)),  # speedups, lengths, families
     Lesson("04_sft", lambda fx: {"data": str(fx("data")), "model": None, "run": "sft", "preset": "scratch-tiny",
                                  "max_steps": 20, "split": "train", "n": 1, "limit": 2, "temperature": 0.8,
-                                 "constrained": False},
+                                 "constrained": False,
+                                 "scaling_points": str(ROOT / "results/cpu-standard/scaling/points.json")},
            ("training scratch-tiny into sft", "generated", "reference", "attempts  correct   exact",
-            "| sft | scratch-tiny ("), figures=3,
+            "| sft | scratch-tiny (", "| small-w30 | scratch-small (3.4M) | 30 |"), figures=3,
            files=("sft/model/config.json", "sft/attempts-train.jsonl")),  # loss curve, stages, scaling
     Lesson("05_rl", lambda fx: {"data": str(fx("data")), "sft_run": str(fx("tiny")[0].out), "run": "rl",
                                 "max_steps": 2, "num_generations": 2, "prompts_per_step": 1, "beta": 0.0,

@@ -44,6 +44,7 @@ def test_a_point_reads_the_run_and_scores_its_attempts(tiny, tmp_path):
     for name in ("run.json", "log.jsonl"):
         shutil.copy(run / name, shipped / name)
     assert scaling.point(shipped, attempts) == dataclasses.replace(p, run=str(shipped))
+    assert scaling.label("data/cpu-standard-v1/model") == "cpu-standard-v1/model" and scaling.label(run) == run.name
 
 
 def test_the_scaling_command_writes_the_points_and_the_evidence_beside_them(tiny, tmp_path, capsys):
