@@ -42,3 +42,13 @@ class ReportConfig:
         if self.best_of is not None and self.best_of < self.k:
             raise InputError(f"ReportConfig.best_of ({self.best_of}) must be at least k ({self.k}): best-of-k "
                              "takes the first k of a construction prompt's attempts")
+
+    @property
+    def construction_attempts(self) -> int:
+        """Attempts per construction prompt: `best_of`, or k."""
+        return self.best_of or self.k
+
+    @property
+    def seeded_trials(self) -> int:
+        """Trials of the model-seeded search: `seeded_budget`, or the largest budget."""
+        return self.seeded_budget or max(self.budgets)

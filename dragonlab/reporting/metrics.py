@@ -98,7 +98,7 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
         if random:
             versus_random[name] = _ratio(best, random, held)
         to_match[name] = _to_match(best, search)
-        curves[name] = _curve(group, unscheduled, config.best_of or config.k, ms, held)
+        curves[name] = _curve(group, unscheduled, config.construction_attempts, ms, held)
         times[name] = _time_to_match(group, f"metaschedule@{top}", ms[top], search, base.get("_seeded", {}))
     baselines = {}
     for system, by_key in base.items():
@@ -117,7 +117,7 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
             versus[system] = baselines[system].vs_metaschedule
     seeded, names = None, [s for s in base if "seeded" in s and not s.startswith("_")]
     if names:
-        seeded = SeededSearch(names[0], config.seeded_budget or max(budgets),
+        seeded = SeededSearch(names[0], config.seeded_trials,
                               {k: d.get("seeded") for k, d in base[names[0]].items()})
     return Report(config=config, paper=PAPER, held_out_workloads=len(held), systems=systems, baselines=baselines,
                   best_of_k=best_of_k, best_of_k_vs_metaschedule=versus, best_of_k_vs_random=versus_random,
@@ -187,7 +187,7 @@ def _versus(best: dict, ms: dict, held: list[str]) -> dict[int, Ratio]:
 
 
 def _to_match(best: dict, search: dict) -> dict[str, Match]:
-    from dragonlab.search.baselines import SearchRun
+    from dragonlab.search.baselines import trials_to_reach
 
     out = {}
     for key, t in best.items():
@@ -195,7 +195,7 @@ def _to_match(best: dict, search: dict) -> dict[str, Match]:
         if not t or not info:
             continue
         lat = info["latencies"]
-        n = SearchRun(key, lat, [None] * len(lat), info.get("seconds")).trials_to_reach(t)
+        n = trials_to_reach(lat, t)
         secs = info["seconds"] * n / len(lat) if n and info.get("seconds") else None
         out[key] = Match(trials=n, seconds=secs, searched=len(lat))
     return out
@@ -211,7 +211,7 @@ def _time_to_match(group: list[Attempt], reference: str, goal: dict, search: dic
     best (by the latencies its runner recorded, `search`: {key: {"latencies", "seconds"}}),
     prorated from its seconds per trial, or from the seeded search's (`seeded`: {key: {"seconds",
     "trials"}}) where the search was a stored one, which kept no wall time."""
-    from dragonlab.search.baselines import SearchRun
+    from dragonlab.search.baselines import trials_to_reach
 
     tries: dict[str, list[Attempt]] = defaultdict(list)
     for a in sorted(group, key=lambda a: (a.split, a.index, a.sample)):
@@ -235,7 +235,7 @@ def _time_to_match(group: list[Attempt], reference: str, goal: dict, search: dic
             if a.evaluation.latency and a.evaluation.latency <= MATCH_WITHIN * goal[key]:
                 model = i + 1
                 break
-        trials = SearchRun(key, lat, [None] * len(lat), None).trials_to_reach(MATCH_WITHIN * min(t for t in lat if t))
+        trials = trials_to_reach(lat, MATCH_WITHIN * min(t for t in lat if t))
         per[key] = MatchTime(model, spent if model else None, trials, trials * per_trial, clock)
     reached = [m for m in per.values() if m.model_seconds]
     return TimeToMatch(

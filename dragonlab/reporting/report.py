@@ -156,7 +156,7 @@ def _attempts(writer, evaluator, rows, workloads, path: Path, config: ReportConf
     """k attempts at each prompt, `best_of` at construction prompts."""
     out = []
     for split, split_rows in rows.items():
-        for task, n in ((CONSTRUCTION, config.best_of or config.k), (REFINEMENT, config.k)):
+        for task, n in ((CONSTRUCTION, config.construction_attempts), (REFINEMENT, config.k)):
             task_rows = [r for r in split_rows if r["task"] == task]
             if task_rows:
                 out += write_and_evaluate(writer, evaluator, task_rows, workloads, split=split, n=n, out=path,
@@ -281,7 +281,7 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
             if a.task == CONSTRUCTION and a.evaluation.latency:
                 seeds[a.workload].append((codec.decode(a.script), a.evaluation.latencies))
         # compared with plain search at every budget: only where that search went to the largest
-        trials = config.seeded_budget or top
+        trials = config.seeded_trials
         full = [w for w in held if plain[w.key].budget is None or plain[w.key].budget >= top]
         runs = baselines.search(full, target, trials, out / f"seeded-{seeded_by}", seeds=dict(seeds),
                                 seed=config.seed, population=config.population, progress=progress)

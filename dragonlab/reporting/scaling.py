@@ -82,6 +82,7 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
     counted = [max((a.evaluation.speedup for a in tries[:k] if a.evaluation.correct and a.evaluation.speedup),
                    default=1.0) for tries in by_prompt.values()]
     rows = {r["task"]: r for r in summary(judged)}
+    constrained = {a.ending is not None for a in judged}  # a constrained attempt says how it ended
     tasks = [t for t in TASKS if t in rows]
     return ScalingPoint(
         run=str(run), preset=config["preset"], train_workloads=workloads,
@@ -90,14 +91,12 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
         exact={t: rows[t]["exact"] for t in tasks}, correct={t: rows[t]["correct"] for t in tasks},
         cut_short=rows["all"]["dead_ends"] + rows["all"]["cut_at_length"], k=k,
         best_of_k=geomean(counted), interval=geomean_interval(counted),
-        constrained=True if all(a.ending for a in judged) else False if not any(a.ending for a in judged) else None)
+        constrained=next(iter(constrained)) if len(constrained) == 1 else None)
 
 
 def write(points: list[ScalingPoint], runs: list[Path], attempts: list[Path], out: str | os.PathLike) -> Path:
     """`out`/points.json (the points), `out`/points.md (their table) and, for each run, `out`/<its
     `label`>/ with its run.json, log.jsonl and attempts file. Files are replaced whole."""
-    import shutil
-
     from dragonlab.core.jsonl import write_atomic
 
     out = Path(out)
@@ -105,8 +104,7 @@ def write(points: list[ScalingPoint], runs: list[Path], attempts: list[Path], ou
         evidence = out / label(run)
         evidence.mkdir(parents=True, exist_ok=True)
         for f in (run / "run.json", run / "log.jsonl", judged):
-            shutil.copyfile(f, evidence / f".{f.name}.tmp")
-            os.replace(evidence / f".{f.name}.tmp", evidence / f.name)
+            write_atomic(evidence / f.name, f.read_bytes())
     write_atomic(out / "points.json", json.dumps([asdict(p) for p in points], indent=1) + "\n")
     write_atomic(out / "points.md", table(points) + "\n")
     return out / "points.json"

@@ -54,13 +54,19 @@ class SearchRun:
 
     def trials_to_reach(self, latency: float) -> int | None:
         """The first trial count whose best recorded latency is at most `latency` (None: never)."""
-        best = math.inf
-        for i, t in enumerate(self.latencies, 1):
-            if t is not None and t < best:
-                best = t
-            if best <= latency:
-                return i
-        return None
+        return trials_to_reach(self.latencies, latency)
+
+
+def trials_to_reach(latencies: list[float | None], latency: float) -> int | None:
+    """The first trial count whose best of `latencies` (in trial order, None: failed) is at most
+    `latency` (None: never)."""
+    best = math.inf
+    for i, t in enumerate(latencies, 1):
+        if t is not None and t < best:
+            best = t
+        if best <= latency:
+            return i
+    return None
 
 
 def search(workloads: list[Workload], target: str, trials: int, root: str | os.PathLike, *,

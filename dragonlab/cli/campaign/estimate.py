@@ -43,10 +43,10 @@ def estimate(c: Campaign, checks: list[Check]) -> list[Row]:
     bench = benchmark(c)
     held, held_src = (len(bench[0].judged()), f"[{bench[1]}]") if bench else \
         (max(1, round(w * dataset_config(c).test)), "(the test share)")
-    best_of, refinements = rep.best_of or rep.k, rep.refinement_per_workload or 0
+    best_of, refinements = rep.construction_attempts, rep.refinement_per_workload or 0
     prompts = held * (best_of + refinements * rep.k + rep.turns)  # scripts per model; a turn writes one
     per_candidate, top = f"{cand:g} s [file]", max(rep.budgets)
-    seeded = rep.seeded_budget or top
+    seeded = rep.seeded_trials
     tps = lambda x: f"{x:,g} tokens/s [file]"  # noqa: E731
 
     def row(stage, what, units, derivation, seconds_each, cost, devices=1):
