@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from dragonlab.cli.options import Command, UsageError, command, config_from, number
+from dragonlab.cli.options import Command, UsageError, command, config_from, number, require
 
 
 def add_compare(sub, name: str, help: str):
@@ -27,6 +27,9 @@ def add_compare(sub, name: str, help: str):
     c.add_argument("--temperature", type=number(">= 0"), default=0.8)
     c.add_argument("--seed", type=int, default=0, help="sampling seed")
     c.add_argument("--limit", type=int, default=None, help="only the first N examples of each split")
+    c.add_argument("--per-workload", type=int, default=None, metavar="R",
+                   help="only one construction prompt per workload and its first R refinement prompts, as the "
+                        "report takes them (default: every example)")
     c.add_argument("--constrained", action="store_true", help="constrained decoding for both models")
     c.add_argument("--out", type=Path, required=True, help="directory for both models' attempts (appended)")
     c.set_defaults(run=compare)
@@ -40,6 +43,8 @@ def compare(args) -> int:
     from dragonlab.learn import dataset
     from dragonlab.reporting.compare import compare_models
 
+    if args.per_workload is not None:
+        require("--per-workload", args.per_workload, ">= 0")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dsd, workloads = dataset.load(args.data)
     splits = [s for s in args.split if s in dsd]
@@ -64,7 +69,8 @@ def _attempts(args, name: str, path: Path, evaluator, dsd, workloads, splits: li
     model, tokenizer = models.load(path)
     judged = [a for split in splits for a in sample_and_evaluate(
         model, tokenizer, evaluator, dsd, workloads, split=split, n=1, temperature=args.temperature,
-        limit=args.limit, out=args.out / f"attempts-{name}.jsonl", seed=args.seed, constrained=args.constrained)]
+        limit=args.limit, out=args.out / f"attempts-{name}.jsonl", seed=args.seed, constrained=args.constrained,
+        refinement_per_workload=args.per_workload)]
     print(f"{name} = {path}\n{format_summary(summary(judged))}\n")
     return judged
 

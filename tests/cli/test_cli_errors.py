@@ -72,6 +72,14 @@ def test_float_options_refuse_nan_inf_and_out_of_range_values_at_parsing(capsys,
     assert f"error: argument {args[-2]}: expected a " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["attempts", "--model", "m"], ["compare", "--a", "a", "--b", "b"]])
+def test_per_workload_refuses_a_negative_count_before_loading_anything(tmp_path, capsys, command):
+    out = tmp_path / "out"
+    assert main([*command, "--data", str(tmp_path / "missing"), "--out", str(out), "--per-workload", "-1"]) == 2
+    assert "--per-workload must be non-negative, got -1" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def _dataset(path: Path) -> Path:
     """A dataset directory `dataset.load` accepts: one construction example of one workload."""
     import datasets
