@@ -11,7 +11,7 @@ correct ones, against the unscheduled kernel (construction) or the prompt's inpu
 
 The reward's components are logged every step (`log.jsonl`, trl's metric names under
 `dragonlab/`): the share of attempts that stopped at each stage, the share correct, the
-mean bonus. The output directory works as `dragonlab.learn.sft`'s does: `run.json`, `checkpoints/`
+mean bonus; `rollouts.jsonl` holds every judged script's verdict, bonus and reward (`read_rollouts`). The output directory works as `dragonlab.learn.sft`'s does: `run.json`, `checkpoints/`
 (resume from the newest complete one), the append-only `log.jsonl`, and `model/`.
 
 Under `accelerate launch` each process samples and judges its share of a step's prompts with
@@ -25,13 +25,15 @@ with the reason).
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dragonlab.core import fields
 from dragonlab.core.errors import InputError
+from dragonlab.core.jsonl import append_lines, read_lines
 from dragonlab.core.rundir import (REPORT_TO, claim, is_main, last_complete_checkpoint, log_callback, main_first,
-                                   per_process, read_log, reporting, step_of, wait_for_everyone)
+                                   per_process, processes, read_log, reporting, step_of, wait_for_everyone)
 from dragonlab.evaluation.reward import RewardConfig
 
 GENERATION = ("transformers", "vllm")
@@ -91,15 +93,19 @@ class RLRun:
 
 class ShapedReward:
     """A trl reward function: judges a batch of scripts with the evaluator and returns
-    `reward(evaluation)` for each; logs the components through trl's `log_metric`."""
+    `reward(evaluation)` for each; logs the components through trl's `log_metric`, and with
+    `rollouts` appends one line per script to that file (`read_rollouts`)."""
 
     __name__ = "shaped_reward"  # trl names the logged reward after it
 
-    def __init__(self, evaluator, workloads: dict, config: RewardConfig = RewardConfig()):
+    def __init__(self, evaluator, workloads: dict, config: RewardConfig = RewardConfig(),
+                 rollouts: str | os.PathLike | None = None):
         self.evaluator, self.workloads, self.config = evaluator, workloads, config
+        self.rollouts = Path(rollouts) if rollouts is not None else None
         self.last: list = []  # the last batch's Evaluations (for tests and notebooks)
 
-    def __call__(self, prompts, completions, workload, task, input_script, log_metric=None, **_) -> list[float]:
+    def __call__(self, prompts, completions, workload, task, input_script, log_metric=None, trainer_state=None,
+                 **_) -> list[float]:
         from dragonlab.evaluation.evaluate import STAGES
         from dragonlab.evaluation.reward import reward
         from dragonlab.learn.attempts import evaluate_attempts
@@ -107,15 +113,39 @@ class ShapedReward:
         rows = [{"workload": w, "task": t, "input_script": s} for w, t, s in zip(workload, task, input_script)]
         attempts = evaluate_attempts(self.evaluator, self.workloads, rows, [[c] for c in completions])
         self.last = [a.evaluation for a in attempts]
+        rewards = [reward(e, self.config) for e in self.last]
+        bonuses = [self.config.bonus(e.speedup) if e.correct else 0.0 for e in self.last]
+        if self.rollouts is not None:
+            step = trainer_state.global_step + 1 if trainer_state is not None else None  # the step being trained
+            batch = uuid.uuid4().hex[:12]  # a resumed run judges some steps again: readers keep the last batch
+            process = processes().process_index
+            append_lines(self.rollouts, [
+                {"step": step, "process": process, "batch": batch, "workload": w, "task": t, "stage": e.stage,
+                 "exact": e.exact, "repaired": e.repaired, "speedup": e.speedup, "bonus": b, "reward": r}
+                for w, t, e, b, r in zip(workload, task, self.last, bonuses, rewards)])
         if log_metric is not None:
             n = len(self.last)
             for stage in STAGES:
                 log_metric(f"dragonlab/stopped_at_{stage}", sum(e.stage == stage for e in self.last) / n)
             log_metric("dragonlab/correct", sum(e.correct for e in self.last) / n)
             log_metric("dragonlab/exact", sum(e.exact for e in self.last) / n)
-            log_metric("dragonlab/mean_bonus", sum(self.config.bonus(e.speedup) if e.correct else 0.0
-                                                   for e in self.last) / n)
-        return [reward(e, self.config) for e in self.last]
+            log_metric("dragonlab/mean_bonus", sum(bonuses) / n)
+        return rewards
+
+
+def read_rollouts(path: str | os.PathLike) -> list[dict]:
+    """The scripts an RL run judged (`OUT/rollouts.jsonl`), one dict each: step, process, workload,
+    task, stage, exact, repaired, speedup (None unless timed), bonus, reward. Where a resumed run
+    trained a step again, each process's last batch of that step is kept."""
+    lines = list(read_lines(path, _rollout_line)) if Path(path).exists() else []
+    last = {(d["step"], d["process"]): d["batch"] for d in lines}
+    return [d for d in lines if last[d["step"], d["process"]] == d["batch"]]
+
+
+def _rollout_line(d) -> dict:
+    if not isinstance(d, dict) or not {"step", "process", "batch", "stage", "reward"} <= d.keys():
+        raise ValueError("a rollout line must be an object with step, process, batch, stage and reward")
+    return d
 
 
 def constrain_rollouts(model, tokenizer, rows, workloads, temperature: float):
@@ -174,7 +204,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     constraint = constrain_rollouts(model, tokenizer, train_rows, workloads, config.temperature) \
         if config.constrained else None
     try:
-        reward_fn = ShapedReward(evaluator, workloads, config.reward)
+        reward_fn = ShapedReward(evaluator, workloads, config.reward, rollouts=out / "rollouts.jsonl")
         trainer = trl.GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=train_rows,
                                   processing_class=tokenizer,
                                   callbacks=[log_callback(log_path), *reporting(config.report_to, out)])

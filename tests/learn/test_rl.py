@@ -11,7 +11,8 @@ from dragonlab.evaluation.evaluate import OK, Evaluation, Evaluator
 from dragonlab.evaluation.reward import RewardConfig, reward
 from dragonlab.learn import dataset
 from dragonlab.learn.attempts import Attempt
-from dragonlab.learn.rl import RLConfig, ShapedReward, train
+from dragonlab.core.jsonl import read_lines
+from dragonlab.learn.rl import RLConfig, ShapedReward, read_rollouts, train
 from dragonlab.reporting.compare import compare, sign_test
 
 
@@ -56,6 +57,13 @@ def test_grpo_from_the_tiny_sft_model_logs_rewards_and_resumes(tiny, data, tmp_p
     assert again.resumed_from == 1 and again.steps == 2
     assert finished.steps == 2 and finished.resumed_from is None  # a finished run is not trained again
     assert [d["step"] for d in again.log if "reward" in d] == [1, 2]
+    # every judged script is on record; step 2, judged twice, keeps its last batch, the one the log's reward is of
+    assert len(list(read_lines(tmp_path / "rl" / "rollouts.jsonl"))) == 6
+    rollouts = read_rollouts(tmp_path / "rl" / "rollouts.jsonl")
+    assert [d["step"] for d in rollouts] == [1, 1, 2, 2]
+    for d in (d for d in again.log if "reward" in d):
+        mine = [r["reward"] for r in rollouts if r["step"] == d["step"]]
+        assert d["reward"] == pytest.approx(sum(mine) / len(mine))
 
 
 def test_grpo_rollouts_can_be_constrained(tiny, data, tmp_path, monkeypatch):
