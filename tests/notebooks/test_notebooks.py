@@ -49,7 +49,8 @@ LESSONS = [
     Lesson("05_rl", lambda fx: {"data": str(fx("data")), "sft_run": str(fx("tiny")[0].out), "run": "rl",
                                 "max_steps": 2, "num_generations": 2, "prompts_per_step": 1, "beta": 0.0,
                                 "splits": ["train"], "limit": 2},
-           ("GRPO from", "RL vs SFT where both are correct"), figures=2, files=("rl/model/config.json",)),
+           ("GRPO from", "RL vs SFT where both are correct"), figures=2,
+           files=("rl/model/config.json", "rl/rollouts.jsonl")),
     # resumes the session's `dragonlab tune` run (tests/tune): the same network, model and settings
     Lesson("07_tune_network", lambda fx: {"network": str(ROOT / TUNE_NETWORK), "dragon": str(fx("tiny")[0].model_dir),
                                           "out": str(fx("tuned")), "attempts": 1, "budget": 8, "population": 64,
