@@ -1,5 +1,6 @@
 """Commands that run every stage: `demo` (the quick pipeline as a batch of the notebooks) and
-`campaign` (a campaign file: checked and estimated with --dry-run, or run as the demo).
+`campaign` (a campaign file: checked and estimated with --dry-run, or run as the demo); and
+`parts`, which carries a long job's directory to another machine in parts that never change.
 
 The demo's codec check runs as `dragonlab codec check` through `main`, and its closing lines are
 `summary_text`'s; both are looked up in this module when the demo runs, so a test can stand in
@@ -182,7 +183,33 @@ def run_campaign(args) -> int:
     return demo(argparse.Namespace(**options))
 
 
+def add_parts(sub, name: str, help: str):
+    p = command(sub, name, help, description="A report, attempts run or search writes only append-only *.jsonl "
+                                             "files: `save` writes what each gained since the last save as a new "
+                                             "part (PARTS/<path>.partN.gz, never changed again, for git); `restore` "
+                                             "puts the files back together, and the job's own command resumes.")
+    psub = p.add_subparsers(title="parts commands", metavar="ACTION")
+    c = command(psub, "save", "the lines each *.jsonl file under RUN gained since the last save, as new parts")
+    c.add_argument("source", type=Path, metavar="RUN", help="the job's directory (e.g. runs/standard/report)")
+    c.add_argument("--to", type=Path, required=True, metavar="PARTS", help="directory of the parts")
+    c.set_defaults(run=lambda args: _parts("save", args.source, args.to))
+    c = command(psub, "restore", "put the saved files back together under RUN, to resume the job there")
+    c.add_argument("source", type=Path, metavar="PARTS", help="directory of the parts")
+    c.add_argument("--to", type=Path, required=True, metavar="RUN", help="the job's directory")
+    c.set_defaults(run=lambda args: _parts("restore", args.source, args.to))
+
+
+def _parts(action: str, source: Path, to: Path) -> int:
+    from dragonlab.core import parts
+
+    written = getattr(parts, action)(source, to)
+    print("\n".join(map(str, written)) if written else f"nothing to {action}: {to} is up to date")
+    return 0
+
+
 COMMANDS = [
     Command("demo", "the quick end-to-end pipeline on the CPU", add_demo),
     Command("campaign", "every stage at one scale from a campaign file (campaigns/*.toml)", add_campaign),
+    Command("parts", "carry a report's (or any append-only job's) files across machines in parts for git",
+            add_parts),
 ]

@@ -133,6 +133,12 @@ def seal(path: str | os.PathLike) -> Path:
     return out
 
 
+def complete_bytes(path: str | os.PathLike) -> bytes:
+    """The file's bytes up to the end of its last complete line (a torn last line left out)."""
+    with open(path, "rb") as f:
+        return f.read(_complete_size_of(Path(path)))
+
+
 def _complete_size_of(path: Path) -> int:
     fd = os.open(path, os.O_RDONLY)
     try:
