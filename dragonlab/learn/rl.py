@@ -56,7 +56,9 @@ class RLConfig:
     logging_steps: int = field(default=1, metadata={"help": "log the reward's components every this many steps",
                                                     "range": "> 0"})
     seed: int = field(default=0, metadata={"help": "seeds shuffling and sampling", "range": ">= 0"})
-    constrained: bool = field(default=False, metadata={"help": "constrained decoding of the rollouts (constrain.py)"})
+    constrained: bool = field(default=False, metadata={
+        "help": "constrained decoding of the rollouts (constrain.py); the loss ignores the constraint, which "
+                "degrades the unconstrained model (docs/rl.md)"})
     threads: int = field(default=1, metadata={"help": "torch threads", "range": "> 0"})
     workers: int | None = field(default=None, metadata={"help": "evaluator worker processes; None = physical cores",
                                                         "range": "> 0"})
