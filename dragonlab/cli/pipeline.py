@@ -113,7 +113,7 @@ def _demo_steps(args, out: Path, quick) -> list[tuple[str, dict | list]]:
                     "split": "test", "n": 1, "limit": 4, "constrained": False}),
         ("05_rl", {"data": str(data), "sft_run": str(sft), "run": str(rl), "max_steps": args.rl_steps,
                    "num_generations": r.num_generations, "prompts_per_step": r.prompts_per_step,
-                   "splits": ["test", "test_family"], "limit": 2}),
+                   "constrained": r.constrained, "splits": ["test", "test_family"], "limit": 2}),
         ("06_evaluate", {"run": str(out), "k": report.k, "best_of": report.best_of, "budgets": list(report.budgets),
                          "seeded_budget": report.seeded_budget, "turns": report.turns,
                          "refinement_per_workload": report.refinement_per_workload,

@@ -116,8 +116,8 @@ def test_the_quick_campaign_runs_the_demo_with_its_numbers(tmp_path, monkeypatch
     assert (c.sft.batch_size, c.sft.learning_rate) == (PRESETS[c.sft.preset].batch_size,
                                                        PRESETS[c.sft.preset].learning_rate)
     rl = campaign.rl_config(c)
-    assert (ran["05_rl"]["max_steps"], ran["05_rl"]["num_generations"], ran["05_rl"]["prompts_per_step"]) == \
-        (rl.max_steps, rl.num_generations, rl.prompts_per_step)
+    assert (ran["05_rl"]["max_steps"], ran["05_rl"]["num_generations"], ran["05_rl"]["prompts_per_step"],
+            ran["05_rl"]["constrained"]) == (rl.max_steps, rl.num_generations, rl.prompts_per_step, rl.constrained)
     report = campaign.report_config(c)
     assert (ran["06_evaluate"]["k"], tuple(ran["06_evaluate"]["budgets"]), ran["06_evaluate"]["turns"],
             ran["06_evaluate"]["refinement_per_workload"], ran["06_evaluate"]["constrained"]) == \
