@@ -129,9 +129,14 @@ class Evaluator:
         limits = Limits(timeout_sec=config.timeout_sec, memory_bytes=int(config.memory_gb * (1 << 30)))
         n = config.workers or psutil.cpu_count(logical=False) or 1
         self.pool = WorkerPool(n, limits, setup=(prepare_worker, (self.target.config,)))
-        self.kernels = WorkerPool(n, limits, sandbox=True)
+        # TVM's runtime sizes its thread pool from TVM_NUM_THREADS, else OMP_NUM_THREADS: inherited,
+        # a kernel would run (and be timed) on as many threads as whoever started this process set,
+        # up to 29x apart for microsecond kernels. Kernels run on the cores the target declares.
+        cores = self.target.config.get("num-cores")
+        env = {"TVM_NUM_THREADS": str(cores)} if cores else None
+        self.kernels = WorkerPool(n, limits, sandbox=True, env=env)
         self.timer = Worker(Limits(timeout_sec=config.measure.run_timeout_sec, memory_bytes=limits.memory_bytes),
-                            sandbox=True)
+                            sandbox=True, env=env)
         self.rpc = (make_runner("rpc", config.measure, tracker=config.tracker, key=config.key)
                     if config.runner == "rpc" else None)
         self._dir = Path(tempfile.mkdtemp(prefix="dragonlab-eval-"))

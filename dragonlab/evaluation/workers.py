@@ -115,13 +115,15 @@ class Worker:
     """One child process; `call` runs `fn(*args, progress=...)` in it under the limits."""
 
     def __init__(self, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None, *,
-                 sandbox: bool = False):
+                 sandbox: bool = False, env: dict[str, str] | None = None):
         """`setup` runs once in each fresh process, under `limits.setup_sec`, before any call:
         slow one-off work (imports, caches) must not eat into a call's time limit. `sandbox`:
-        the process hardens itself before its first call (for workers that run kernels)."""
+        the process hardens itself before its first call (for workers that run kernels). `env`:
+        variables set in the process's environment over those it inherits."""
         self.limits = limits
         self.setup = setup
         self.sandbox = sandbox
+        self.env = env
         self._proc: subprocess.Popen | None = None
         self._inbox = self._outbox = None
 
@@ -133,7 +135,8 @@ class Worker:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "dragonlab.evaluation.workers", str(from_parent), str(to_parent),
              str(self.limits.memory_bytes or 0), "sandbox" if self.sandbox else "plain"],
-            pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
+            pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env} if self.env else None)
         os.close(from_parent)
         os.close(to_parent)
         self._outbox = Connection(to_child, readable=False)
@@ -235,8 +238,8 @@ class WorkerPool:
     """`n` workers; `map` runs calls in parallel, one thread per worker, results in order."""
 
     def __init__(self, n: int, limits: Limits = Limits(), setup: tuple[Callable, tuple] | None = None, *,
-                 sandbox: bool = False):
-        self.workers = [Worker(limits, setup, sandbox=sandbox) for _ in range(max(1, n))]
+                 sandbox: bool = False, env: dict[str, str] | None = None):
+        self.workers = [Worker(limits, setup, sandbox=sandbox, env=env) for _ in range(max(1, n))]
 
     def map(self, fn: Callable, argsets: list[tuple], *, timeout_sec: float | None = None,
             on_result: Callable[[int, Any], None] | None = None) -> list:

@@ -69,3 +69,12 @@ def forge_pickled_result(marker, *, progress):
     payload = pickle.dumps(("result", _Payload(marker)))
     os.write(int(sys.argv[2]), struct.pack("!i", len(payload)) + payload)
     time.sleep(60)
+
+
+def tvm_threads(*, progress):
+    """The size of TVM's runtime thread pool in this process (what a parallel kernel runs on)."""
+    import tvm  # noqa: F401  (registers the runtime's functions)
+    import tvm_ffi
+
+    progress("threads")
+    return int(tvm_ffi.get_global_func("runtime.NumThreads")())

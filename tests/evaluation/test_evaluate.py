@@ -378,3 +378,16 @@ def test_checking_a_store_marks_its_wrong_kernels_and_resumes(evaluator, tmp_pat
     assert "checked 0 records of 1 workloads: none left to check" in capsys.readouterr().out
     assert main(["records", "check", str(tmp_path), "--workload", "nope"]) == 2
     assert "no workload with key or name 'nope'" in capsys.readouterr().err
+
+
+def test_kernels_run_on_the_targets_cores_whatever_the_callers_thread_setting(monkeypatch):
+    """TVM sizes its thread pool from TVM_NUM_THREADS or OMP_NUM_THREADS: the workers that run and
+    time kernels get the target's num-cores, not the setting of whoever started the evaluator."""
+    from dragonlab.core.targets import TargetSpec
+    from dragonlab.testing import worker_jobs
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # TVM caps the pool at the machine's cores: ask for fewer
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    with Evaluator(TargetSpec("cpu", {"kind": "llvm", "num-cores": 1}), EvalConfig(workers=1)) as ev:
+        assert ev.timer.call(worker_jobs.tvm_threads) == 1
+        assert ev.kernels.map(worker_jobs.tvm_threads, [()]) == [1]
