@@ -45,6 +45,14 @@ class TargetSpec:
         return self.kind == "cuda"
 
     @property
+    def threads(self) -> dict[str, str]:
+        """The environment of a process that runs this target's kernels: TVM's runtime sizes its
+        thread pool from TVM_NUM_THREADS (else OMP_NUM_THREADS, whatever its parent had), and a
+        kernel runs on the cores the target declares. Empty for a target that declares none."""
+        cores = self.config.get("num-cores")
+        return {"TVM_NUM_THREADS": str(cores)} if cores else {}
+
+    @property
     def device_type(self) -> str:
         """The device string MetaSchedule's runners expect ("cpu" or "cuda", never "llvm")."""
         return "cuda" if self.is_gpu else "cpu"

@@ -129,11 +129,9 @@ class Evaluator:
         limits = Limits(timeout_sec=config.timeout_sec, memory_bytes=int(config.memory_gb * (1 << 30)))
         n = config.workers or psutil.cpu_count(logical=False) or 1
         self.pool = WorkerPool(n, limits, setup=(prepare_worker, (self.target.config,)))
-        # TVM's runtime sizes its thread pool from TVM_NUM_THREADS, else OMP_NUM_THREADS: inherited,
-        # a kernel would run (and be timed) on as many threads as whoever started this process set,
-        # up to 29x apart for microsecond kernels. Kernels run on the cores the target declares.
-        cores = self.target.config.get("num-cores")
-        env = {"TVM_NUM_THREADS": str(cores)} if cores else None
+        # Inherited, OMP_NUM_THREADS would decide the threads a kernel runs (and is timed) on: up
+        # to 29x apart for microsecond kernels. Kernels run on the cores the target declares.
+        env = self.target.threads
         self.kernels = WorkerPool(n, limits, sandbox=True, env=env)
         self.timer = Worker(Limits(timeout_sec=config.measure.run_timeout_sec, memory_bytes=limits.memory_bytes),
                             sandbox=True, env=env)

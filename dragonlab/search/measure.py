@@ -13,6 +13,9 @@ Every wait is bounded: a build or run that exceeds its limit becomes a result wh
 
 from __future__ import annotations
 
+import functools
+import os
+
 import shutil
 import socket
 import time
@@ -91,10 +94,14 @@ def check_tracker(host: str, port: int, key: str, *, timeout_sec: float = 10.0) 
     return servers
 
 
-def make_runner(kind: str, config: MeasureConfig, *, tracker: str | None = None, key: str | None = None):
-    """`local` times on this machine; `rpc` through TVM's tracker (remote CPUs or GPUs)."""
+def make_runner(kind: str, config: MeasureConfig, *, tracker: str | None = None, key: str | None = None,
+                env: dict[str, str] | None = None):
+    """`local` times on this machine, in a worker whose environment gets `env` (a target's
+    `threads`: the evaluator's workers get the same); `rpc` through TVM's tracker (remote CPUs or
+    GPUs, each server with its own environment)."""
     if kind == "local":
-        return LocalRunner(timeout_sec=config.run_timeout_sec, evaluator_config=config.evaluator())
+        return LocalRunner(timeout_sec=config.run_timeout_sec, evaluator_config=config.evaluator(),
+                           initializer=functools.partial(_set_env, env) if env else None)
     if kind == "rpc":
         if not tracker or not key:
             raise InputError("the rpc runner needs --tracker HOST:PORT and --key KEY")
@@ -104,6 +111,11 @@ def make_runner(kind: str, config: MeasureConfig, *, tracker: str | None = None,
                         session_timeout_sec=int(config.run_timeout_sec))
         return RPCRunner(rpc_config=rpc, evaluator_config=config.evaluator(), max_workers=servers)
     raise InputError(f"unknown runner {kind!r}; use 'local' or 'rpc'")
+
+
+def _set_env(env: dict[str, str]) -> None:
+    """A runner worker's initializer (by reference: this module is importable there)."""
+    os.environ.update(env)
 
 
 def run_bounded(runner, inputs: list[RunnerInput], timeout_sec: float) -> list[RunnerResult]:

@@ -391,3 +391,15 @@ def test_kernels_run_on_the_targets_cores_whatever_the_callers_thread_setting(mo
     with Evaluator(TargetSpec("cpu", {"kind": "llvm", "num-cores": 1}), EvalConfig(workers=1)) as ev:
         assert ev.timer.call(worker_jobs.tvm_threads) == 1
         assert ev.kernels.map(worker_jobs.tvm_threads, [()]) == [1]
+
+
+def test_metaschedules_runner_runs_kernels_on_the_targets_cores_too(monkeypatch):
+    """Search's measurements and the evaluator's are comparable only on the same threads."""
+    from dragonlab.core.targets import TargetSpec
+    from dragonlab.search.measure import make_runner
+    from dragonlab.testing import worker_jobs
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    runner = make_runner("local", MeasureConfig(), env=TargetSpec("cpu", {"kind": "llvm", "num-cores": 1}).threads)
+    assert runner.pool.submit(worker_jobs.tvm_threads, progress=print).result() == 1
