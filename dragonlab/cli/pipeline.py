@@ -186,8 +186,9 @@ def run_campaign(args) -> int:
 def add_parts(sub, name: str, help: str):
     p = command(sub, name, help, description="A report, attempts run or search writes only append-only *.jsonl "
                                              "files: `save` writes what each gained since the last save as a new "
-                                             "part (PARTS/<path>.partN.gz, never changed again, for git); `restore` "
-                                             "puts the files back together, and the job's own command resumes.")
+                                             "part (PARTS/<stem>.partN.jsonl.gz, never changed again, for git); "
+                                             "`restore` puts the files back together, and the job's own command "
+                                             "resumes.")
     psub = p.add_subparsers(title="parts commands", metavar="ACTION")
     c = command(psub, "save", "the lines each *.jsonl file under RUN gained since the last save, as new parts")
     c.add_argument("source", type=Path, metavar="RUN", help="the job's directory (e.g. runs/standard/report)")

@@ -3,9 +3,9 @@
 A report, an attempts run, a comparison and the searches they run write nothing but append-only
 JSON-lines files and the `run.json` that holds their settings (written once), so what such a job
 has done so far is the bytes of those files. `save(run, parts)` writes, for each of them, the
-complete lines added since the last save as
-`parts/<path in run>.partN.gz` (N = 1, 2, ...; gzip without a timestamp, so the same lines give
-the same bytes): files that go into git once and never change, as the corpus's sealed parts do.
+complete lines added since the last save as `parts/<path in run>` with `.partN` before its suffix
+(`attempts.part1.jsonl.gz`; N = 1, 2, ...), sealed as the corpus's parts are (`jsonl.seal`: the same lines give the same
+bytes): files that go into git once and never change.
 `restore(parts, run)` puts each file back together from its parts, and the job, rerun with the
 same command, resumes where the last save left it.
 
@@ -24,9 +24,9 @@ import re
 from pathlib import Path
 
 from dragonlab.core.errors import InputError
-from dragonlab.core.jsonl import complete_bytes, write_atomic
+from dragonlab.core.jsonl import complete_bytes, seal, write_atomic
 
-PART = re.compile(r"^(?P<name>.+\.jsonl|run\.json)\.part(?P<n>[1-9][0-9]*)\.gz$")
+PART = re.compile(r"^(?P<stem>.+)\.part(?P<n>[1-9][0-9]*)(?P<suffix>\.jsonl|\.json)\.gz$")
 
 
 def carried(run: Path) -> list[Path]:
@@ -52,11 +52,13 @@ def save(run: str | os.PathLike, parts: str | os.PathLike) -> list[Path]:
             raise InputError(f"{path}: does not begin with the {len(saved)} part(s) saved in {parts / rel.parent}: "
                              "they are another run's")
         if len(now) > len(before):
-            todo.append((parts / f"{rel}.part{len(saved) + 1}.gz", now[len(before):]))
-    for out, data in todo:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(out, gzip.compress(data, compresslevel=9, mtime=0))
-    return [out for out, _ in todo]
+            todo.append((parts / rel.parent / f"{rel.stem}.part{len(saved) + 1}{rel.suffix}", now[len(before):]))
+    written = []
+    for plain, data in todo:
+        plain.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(plain, data)
+        written.append(seal(plain))
+    return written
 
 
 def restore(parts: str | os.PathLike, run: str | os.PathLike) -> list[Path]:
@@ -66,7 +68,7 @@ def restore(parts: str | os.PathLike, run: str | os.PathLike) -> list[Path]:
     parts, run = Path(parts), Path(run)
     if not parts.is_dir():
         raise InputError(f"{parts}: no such directory")
-    names = sorted({p.parent.relative_to(parts) / m["name"] for p in parts.rglob("*.gz")
+    names = sorted({p.parent.relative_to(parts) / f"{m['stem']}{m['suffix']}" for p in parts.rglob("*.gz")
                     if (m := PART.match(p.name))})
     todo = []
     for rel in names:
@@ -88,11 +90,13 @@ def restore(parts: str | os.PathLike, run: str | os.PathLike) -> list[Path]:
 def _parts(parts: Path, rel: Path) -> list[Path]:
     """The saved parts of the file `rel`, in order; a gap in their numbers is an error."""
     folder = parts / rel.parent
-    found = {int(m["n"]): p for p in folder.glob(f"{rel.name}.part*.gz")
-             if (m := PART.match(p.name)) and m["name"] == rel.name} if folder.is_dir() else {}
+    found = {int(m["n"]): p for p in folder.glob(f"{rel.stem}.part*{rel.suffix}.gz")
+             if (m := PART.match(p.name)) and (m["stem"], m["suffix"]) == (rel.stem, rel.suffix)} \
+        if folder.is_dir() else {}
     missing = [n for n in range(1, max(found, default=0) + 1) if n not in found]
     if missing:
-        raise InputError(f"{folder / f'{rel.name}.part{missing[0]}.gz'}: missing (parts are numbered 1, 2, ...)")
+        raise InputError(f"{folder / f'{rel.stem}.part{missing[0]}{rel.suffix}.gz'}: missing "
+                         "(parts are numbered 1, 2, ...)")
     return [found[n] for n in sorted(found)]
 
 

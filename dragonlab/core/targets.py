@@ -45,7 +45,7 @@ class TargetSpec:
         return self.kind == "cuda"
 
     @property
-    def threads(self) -> dict[str, str]:
+    def kernel_env(self) -> dict[str, str]:
         """The environment of a process that runs this target's kernels: TVM's runtime sizes its
         thread pool from TVM_NUM_THREADS (else OMP_NUM_THREADS, whatever its parent had), and a
         kernel runs on the cores the target declares. Empty for a target that declares none."""

@@ -131,7 +131,7 @@ class Evaluator:
         self.pool = WorkerPool(n, limits, setup=(prepare_worker, (self.target.config,)))
         # Inherited, OMP_NUM_THREADS would decide the threads a kernel runs (and is timed) on: up
         # to 29x apart for microsecond kernels. Kernels run on the cores the target declares.
-        env = self.target.threads
+        env = self.target.kernel_env
         self.kernels = WorkerPool(n, limits, sandbox=True, env=env)
         self.timer = Worker(Limits(timeout_sec=config.measure.run_timeout_sec, memory_bytes=limits.memory_bytes),
                             sandbox=True, env=env)

@@ -97,7 +97,8 @@ def collect(workloads: list[Workload], target: TargetSpec, store: RecordStore,
     store.add_workloads(workloads)
     done = store.done()
     summary = CollectSummary() if summary is None else summary
-    runner = make_runner(config.runner, config.measure, tracker=config.tracker, key=config.key, env=target.threads)
+    runner = make_runner(config.runner, config.measure, tracker=config.tracker, key=config.key,
+                         env=target.kernel_env)
     measurer = Measurer(config.measure, runner, device_type=target.device_type)
     bar = progress_bar(total=len(workloads) * config.trials, unit="cand", progress=progress, file=sys.stderr)
     with watch_interrupts("stopping; the batch in flight is dropped (Ctrl-C again to stop at once)") as interrupts:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-
 import shutil
 import socket
 import time
@@ -97,7 +96,7 @@ def check_tracker(host: str, port: int, key: str, *, timeout_sec: float = 10.0) 
 def make_runner(kind: str, config: MeasureConfig, *, tracker: str | None = None, key: str | None = None,
                 env: dict[str, str] | None = None):
     """`local` times on this machine, in a worker whose environment gets `env` (a target's
-    `threads`: the evaluator's workers get the same); `rpc` through TVM's tracker (remote CPUs or
+    `kernel_env`: the evaluator's workers get the same); `rpc` through TVM's tracker (remote CPUs or
     GPUs, each server with its own environment)."""
     if kind == "local":
         return LocalRunner(timeout_sec=config.run_timeout_sec, evaluator_config=config.evaluator(),

@@ -241,7 +241,7 @@ def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, t
         target = spec.tvm()
         mod = lower_for_tuning(network.mod, target)  # as `network_workloads` lowers it
         quiet_metaschedule()  # its per-task logs stay in root/logs
-        builder, runner = PooledBuilder(), make_runner("local", config.measure, env=spec.threads)
+        builder, runner = PooledBuilder(), make_runner("local", config.measure, env=spec.kernel_env)
         # each task's TuneContext is a clone, with a clone of this strategy
         strategy = ms.search_strategy.EvolutionarySearch(population_size=config.population)
         start = time.monotonic()

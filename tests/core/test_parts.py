@@ -21,15 +21,15 @@ def _run(root, x=b'{"a":1}\n{"a":2}\n', y=b'{"b":1}\n'):
 def test_saves_only_new_complete_lines_as_numbered_parts_and_restores_them(tmp_path):
     run = _run(tmp_path / "run", x=b'{"a":1}\n{"a":')  # a torn last line: the job was killed mid-write
     parts = tmp_path / "parts"
-    assert save(run, parts) == [parts / "attempts.jsonl.part1.gz", parts / "run.json.part1.gz",
-                                parts / "search" / "records.jsonl.part1.gz"]
+    assert save(run, parts) == [parts / "attempts.part1.jsonl.gz", parts / "run.part1.json.gz",
+                                parts / "search" / "records.part1.jsonl.gz"]
     with open(run / "attempts.jsonl", "ab") as f:
         f.write(b'2}\n{"a":3}\n')
-    assert save(run, parts) == [parts / "attempts.jsonl.part2.gz"]
+    assert save(run, parts) == [parts / "attempts.part2.jsonl.gz"]
     assert save(run, parts) == []  # nothing new
-    assert gzip.decompress((parts / "attempts.jsonl.part1.gz").read_bytes()) == b'{"a":1}\n'
-    assert sorted(p.name for p in parts.rglob("*")) == ["attempts.jsonl.part1.gz", "attempts.jsonl.part2.gz",
-                                                        "records.jsonl.part1.gz", "run.json.part1.gz", "search"]
+    assert gzip.decompress((parts / "attempts.part1.jsonl.gz").read_bytes()) == b'{"a":1}\n'
+    assert sorted(p.name for p in parts.rglob("*")) == ["attempts.part1.jsonl.gz", "attempts.part2.jsonl.gz",
+                                                        "records.part1.jsonl.gz", "run.part1.json.gz", "search"]
     new = tmp_path / "new"
     assert sorted(restore(parts, new)) == [new / "attempts.jsonl", new / "run.json", new / "search" / "records.jsonl"]
     assert (new / "run.json").read_bytes() == (run / "run.json").read_bytes()
@@ -64,11 +64,11 @@ def test_a_missing_or_broken_part_is_named(tmp_path):
     save(run, parts)
     (run / "attempts.jsonl").write_bytes(b'{"a":1}\n{"a":2}\n{"a":3}\n')
     save(run, parts)
-    (parts / "attempts.jsonl.part1.gz").rename(parts / "attempts.jsonl.part3.gz")
-    with pytest.raises(InputError, match=r"parts/attempts\.jsonl\.part1\.gz: missing"):
+    (parts / "attempts.part1.jsonl.gz").rename(parts / "attempts.part3.jsonl.gz")
+    with pytest.raises(InputError, match=r"parts/attempts\.part1\.jsonl\.gz: missing"):
         restore(parts, tmp_path / "new")
-    (parts / "attempts.jsonl.part1.gz").write_bytes(b"not gzip")
-    with pytest.raises(InputError, match=r"parts/attempts\.jsonl\.part1\.gz: not a gzip file"):
+    (parts / "attempts.part1.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(InputError, match=r"parts/attempts\.part1\.jsonl\.gz: not a gzip file"):
         restore(parts, tmp_path / "new")
     assert not (tmp_path / "new").exists()
 
@@ -79,7 +79,7 @@ def test_the_command_saves_restores_and_names_a_bad_directory(tmp_path, capsys):
     assert main(["parts", "save", str(run), "--to", str(parts)]) == 0
     assert main(["parts", "restore", str(parts), "--to", str(tmp_path / "new")]) == 0
     out = capsys.readouterr().out
-    assert "attempts.jsonl.part1.gz" in out and f"nothing to save: {parts} is up to date" in out
+    assert "attempts.part1.jsonl.gz" in out and f"nothing to save: {parts} is up to date" in out
     assert (tmp_path / "new" / "attempts.jsonl").read_bytes() == (run / "attempts.jsonl").read_bytes()
     assert main(["parts", "restore", str(tmp_path / "nowhere"), "--to", str(run)]) == 2
     assert "nowhere: no such directory" in capsys.readouterr().err

@@ -401,5 +401,6 @@ def test_metaschedules_runner_runs_kernels_on_the_targets_cores_too(monkeypatch)
 
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
-    runner = make_runner("local", MeasureConfig(), env=TargetSpec("cpu", {"kind": "llvm", "num-cores": 1}).threads)
+    one_core = TargetSpec("cpu", {"kind": "llvm", "num-cores": 1})
+    runner = make_runner("local", MeasureConfig(), env=one_core.kernel_env)
     assert runner.pool.submit(worker_jobs.tvm_threads, progress=print).result() == 1
