@@ -48,8 +48,9 @@ class TargetSpec:
     def kernel_env(self) -> dict[str, str]:
         """The environment of a process that runs this target's kernels: TVM's runtime sizes its
         thread pool from TVM_NUM_THREADS (else OMP_NUM_THREADS, whatever its parent had), and a
-        kernel runs on the cores the target declares. Empty for a target that declares none."""
-        cores = self.config.get("num-cores")
+        kernel runs on the cores the target declares, or on TVM_NUM_THREADS where that is set (the
+        test suite sets 1: two test processes share the cores). Empty for a target without cores."""
+        cores = os.environ.get("TVM_NUM_THREADS") or self.config.get("num-cores")  # set for TVM: a choice
         return {"TVM_NUM_THREADS": str(cores)} if cores else {}
 
     @property

@@ -391,6 +391,9 @@ def test_kernels_run_on_the_targets_cores_whatever_the_callers_thread_setting(mo
     with Evaluator(TargetSpec("cpu", {"kind": "llvm", "num-cores": 1}), EvalConfig(workers=1)) as ev:
         assert ev.timer.call(worker_jobs.tvm_threads) == 1
         assert ev.kernels.map(worker_jobs.tvm_threads, [()]) == [1]
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")  # set for TVM itself: the caller's choice wins
+    with Evaluator(TargetSpec("cpu", {"kind": "llvm", "num-cores": 2}), EvalConfig(workers=1)) as ev:
+        assert ev.timer.call(worker_jobs.tvm_threads) == 1
 
 
 def test_metaschedules_runner_runs_kernels_on_the_targets_cores_too(monkeypatch):
