@@ -54,7 +54,7 @@ def compare(args) -> int:
     with Evaluator(dataset.target_of(dsd, splits)) as evaluator:
         judged = {name: _attempts(args, name, path, evaluator, dsd, workloads, splits)
                   for name, path in (("a", args.a), ("b", args.b))}
-        result = compare_models(evaluator, workloads, judged["a"], judged["b"], {s: dsd[s] for s in splits})
+        result = compare_models(evaluator, workloads, judged["a"], judged["b"], progress=True)
     print(result.text())
     write_atomic(args.out / "comparison.json", json.dumps({"a": str(args.a), "b": str(args.b), "splits": splits,
                                                            **result.to_json()}, indent=1) + "\n")

@@ -48,6 +48,7 @@ import threading
 import uuid
 import weakref
 from collections import Counter, OrderedDict
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -142,7 +143,7 @@ class Evaluator:
         self._remove_dir = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         self._cache: OrderedDict[tuple, tuple[Evaluation, Evaluation | None]] = OrderedDict()  # (as measured, against the unscheduled kernel)
         self._references: dict[str, float | None] = {}
-        self.timing_lock = threading.Lock()
+        self.timing_lock = threading.RLock()  # held again by time_together around its rounds
 
     def evaluate(self, workload: Workload, script, *, reference_latency: float | None = None) -> Evaluation:
         return self.evaluate_many([(workload, script)], reference_latencies=[reference_latency], progress=False)[0]
@@ -154,6 +155,71 @@ class Evaluator:
         what item i's speedup is measured against; otherwise the unscheduled kernel's latency."""
         refs = reference_latencies or [None] * len(items)
         self._references.clear()  # unscheduled references are timed in the same batch as the candidates
+        results, pending, plains = self._admit(items)
+        for key in list(pending):
+            if key in self._cache:
+                for i in pending.pop(key):
+                    results[i] = self._against(items[i][0], key, refs[i])
+        keys = list(pending)
+        by_key = {key: items[pending[key][0]][0] for key in keys}
+        bar = progress_bar(total=len(keys) * (3 if self.config.time else 2), unit="step", progress=progress)
+        with bar, self._built(keys, by_key, plains, bar) as (evaluations, artifacts):
+            for k in keys:
+                evaluation = evaluations[k]
+                if evaluation.stage == "time" and self.config.time:
+                    evaluation = self._time(evaluation, artifacts[k], arg_specs_of(by_key[k].mod))
+                elif evaluation.stage == "time":
+                    evaluation = replace(evaluation, stage=OK)
+                bar.update(1 if self.config.time else 0)
+                self._remember(k, evaluation)
+                for i in pending[k]:
+                    results[i] = self._against(by_key[k], k, refs[i])
+        return results  # type: ignore[return-value]
+
+    def time_together(self, groups: list[tuple[Workload, list]], *, rounds: int = 3,
+                      progress: bool = True) -> list[list[tuple[float, ...] | None]]:
+        """Latencies of kernels that are to be compared, timed side by side: per group (a workload
+        and its scripts), per script, one latency per round (the median of its repeats), or None
+        for a script that is not correct (judge it with `evaluate_many` to learn why). A group's
+        kernels are timed in turn in one timing process, in reverse order every other round, all
+        rounds together under `timing_lock`: they are timed within a second of each other, so a
+        slow state of the machine that lasts longer (on a 2-core VM, microsecond kernels on two
+        threads ran 2x to 5x slower for seconds after the cores had idled) slows them alike, and
+        their ratio per round is steadier than latencies timed minutes apart. A script listed twice
+        is timed twice (the same kernel against itself: the noise of this protocol)."""
+        if rounds < 1:
+            raise ValueError(f"rounds must be at least 1, got {rounds}")
+        items = [(w, script) for w, scripts in groups for script in scripts]
+        _, pending, plains = self._admit(items)
+        keys = list(pending)
+        by_key = {key: items[pending[key][0]][0] for key in keys}
+        key_of = {i: key for key, where in pending.items() for i in where}
+        timed: dict[int, tuple[float, ...] | None] = {}
+        bar = progress_bar(total=len(keys) * 2 + len(groups), unit="step", progress=progress)
+        with bar, self._built(keys, by_key, plains, bar) as (evaluations, artifacts):
+            start = 0
+            for w, scripts in groups:
+                slots = [i for i in range(start, start + len(scripts))
+                         if i in key_of and evaluations[key_of[i]].stage == "time"]
+                start += len(scripts)
+                per_round: dict[int, list[float]] = {i: [] for i in slots}
+                with self.timing_lock:
+                    for r in range(rounds):
+                        for i in (slots if r % 2 == 0 else slots[::-1]):
+                            t = self._time_artifact(artifacts[key_of[i]], arg_specs_of(w.mod))
+                            per_round[i].append(statistics.median(t) if isinstance(t, list) else math.nan)
+                timed.update({i: tuple(ts) if all(t > 0 for t in ts) else None for i, ts in per_round.items()})
+                bar.update()
+        out, start = [], 0
+        for _, scripts in groups:
+            out.append([timed.get(i) for i in range(start, start + len(scripts))])
+            start += len(scripts)
+        return out
+
+    def _admit(self, items: list[tuple[Workload, object]]):
+        """(results, pending, plains): each item decoded and checked against the allowlist (a
+        refused item's Evaluation in `results`, the rest None), the admitted ones grouped by what
+        is built (`pending[key]`: their positions; `plains[key]`: the trace's plain form)."""
         results: list[Evaluation | None] = [None] * len(items)
         pending: dict[tuple, list[int]] = {}
         plains: dict[tuple, list] = {}
@@ -170,15 +236,14 @@ class Evaluator:
                 results[i] = Evaluation(w.key, self.target.name, "validate", refused)
                 continue
             key = (w.key, self.target.name, trace_text(plain))
-            if key in self._cache:
-                results[i] = self._against(w, key, refs[i])
-                continue
             pending.setdefault(key, []).append(i)
             plains[key] = plain
+        return results, pending, plains
 
-        keys = list(pending)
-        bar = progress_bar(total=len(keys) * (3 if self.config.time else 2), unit="step", progress=progress)
-        by_key = {key: items[pending[key][0]][0] for key in keys}
+    @contextmanager
+    def _built(self, keys: list[tuple], by_key: dict, plains: dict, bar):
+        """(evaluations, artifacts) of `keys`, each built and checked: an evaluation at stage
+        "time" is correct and its library lies at `artifacts[key]` until the block ends."""
         mod_jsons = {w.key: module_json(w.mod) for w in by_key.values()}  # one serialisation per workload
         artifacts = {key: str(self._dir / f"{uuid.uuid4().hex}.so") for key in keys}  # named here, never by a worker
         try:
@@ -193,21 +258,10 @@ class Evaluator:
                 for k in built], on_result=lambda *_: bar.update())
             for k, outcome in zip(built, checked):
                 evaluations[k] = _evaluation_of(by_key[k].key, self.target.name, outcome, evaluations[k].repairs)
-            for k in keys:
-                evaluation = evaluations[k]
-                if evaluation.stage == "time" and self.config.time:
-                    evaluation = self._time(evaluation, artifacts[k], arg_specs_of(by_key[k].mod))
-                elif evaluation.stage == "time":
-                    evaluation = replace(evaluation, stage=OK)
-                bar.update(1 if self.config.time else 0)
-                self._remember(k, evaluation)
-                for i in pending[k]:
-                    results[i] = self._against(by_key[k], k, refs[i])
+            yield evaluations, artifacts
         finally:
             for artifact in artifacts.values():
                 Path(artifact).unlink(missing_ok=True)
-            bar.close()
-        return results  # type: ignore[return-value]
 
     def reference_latency(self, workload: Workload) -> float | None:
         """Median latency of the unscheduled kernel, measured once per workload and batch."""

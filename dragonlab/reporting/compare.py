@@ -3,27 +3,32 @@
 The protocol (the paper's "RL kernels faster than SFT's on 88 of 102 tasks"):
 
 1. One attempt per prompt and model, sampled under a fixed seed, all judged by one evaluator
-   in one run (so both models' kernels and references are timed on the same machine state).
-2. The noise threshold is measured, not assumed: the correct kernels are judged again with the
-   evaluator's cache cleared, and the threshold is the `quantile` (0.95) of the relative change
-   |log(t2 / t1)| between the two timings of the same kernel.
-3. On prompts where both kernels are correct, B *wins* when its latency is below A's by more than
-   the threshold, *loses* when above by more, else it is a tie. A two-sided sign test over wins
-   and losses (ties left out) gives the p-value.
-4. Per-attempt correctness and mean shaped reward of both models are reported beside it; prompts
-   where only one model's kernel is correct are counted separately.
+   in one run: correctness and the shaped reward come from those judgements.
+2. Where both kernels are correct, they are timed again side by side (`Evaluator.time_together`):
+   A's kernel, B's kernel and A's kernel once more, in turn, for `rounds` rounds, within a second
+   of each other. B's change against A is the median over rounds of log(B / A) in the same round;
+   A's second slot against its first is the same statistic for two identical kernels.
+3. The noise threshold is measured, not assumed: the `quantile` (0.95) of |A' / A - 1| over the
+   prompts. Latencies of the same kernel judged minutes apart differed far more (on a 2-core VM,
+   microsecond kernels: 95th percentile 150% to 420%, first timing mostly the slower), which made
+   any difference between two models invisible; paired in time, that state slows both alike.
+4. B *wins* when its kernel is faster than A's by more than the threshold, *loses* when slower by
+   more, else it is a tie. A two-sided sign test over wins and losses (ties left out) gives the
+   p-value. Per-attempt correctness and mean shaped reward of both models are reported beside it;
+   prompts where only one model's kernel is correct are counted separately.
 
 `compare_models` is the whole protocol after sampling (the report's RL vs SFT, `dragonlab compare`,
 notebook 05):
 
-    result = compare_models(evaluator, workloads, sft_attempts, rl_attempts, {"test": rows})
+    result = compare_models(evaluator, workloads, sft_attempts, rl_attempts)
     print(result.text("SFT", "RL"))     # threshold, then wins, losses and ties per task
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -49,26 +54,41 @@ class Comparison:
     only_b: int
     threshold: float  # relative latency change that counts as a difference
     p_value: float  # two-sided sign test over wins and losses
+    untimed: int = 0  # both correct, but a kernel failed when timed again: neither win, loss nor tie
+
+
+@dataclass(frozen=True)
+class PairTiming:
+    """One prompt's kernels timed side by side: log(B / A) and log(A' / A), medians over rounds."""
+
+    split: str
+    index: int
+    task: str
+    change: float | None  # > 0: B slower; None: a kernel failed when timed again
+    null: float | None  # A's kernel against itself
 
 
 @dataclass(frozen=True)
 class ModelComparison:
     """B against A: the measured noise threshold and one `Comparison` per task, then "all"."""
 
-    threshold: float  # the largest of the splits' thresholds
-    retimed: int  # kernels timed twice to measure it
+    threshold: float
+    retimed: int  # prompts whose kernels were timed side by side (the threshold's sample)
     rows: tuple[Comparison, ...]
+    timings: tuple[PairTiming, ...] = ()
 
     def to_json(self) -> dict:
-        return {"threshold": self.threshold, "retimed": self.retimed, "rows": [asdict(r) for r in self.rows]}
+        return {"threshold": self.threshold, "retimed": self.retimed, "rows": [asdict(r) for r in self.rows],
+                "timings": [asdict(t) for t in self.timings]}
 
     @classmethod
     def from_json(cls, d: dict) -> "ModelComparison":
-        return cls(d["threshold"], d["retimed"], tuple(Comparison(**r) for r in d["rows"]))
+        return cls(d["threshold"], d["retimed"], tuple(Comparison(**r) for r in d["rows"]),
+                   tuple(PairTiming(**t) for t in d.get("timings", ())))
 
     def text(self, a: str = "A", b: str = "B") -> str:
-        return (f"noise threshold {self.threshold:.1%}, measured on {self.retimed} kernels timed twice\n"
-                f"{format_comparison(list(self.rows), a, b)}")
+        return (f"noise threshold {self.threshold:.1%}: {a}'s kernel against itself, timed side by side with "
+                f"{b}'s on {self.retimed} prompts\n{format_comparison(list(self.rows), a, b)}")
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -81,42 +101,53 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def noise_threshold(evaluator, workloads: dict, attempts: list[Attempt], rows: Sequence[dict] | Mapping[int, dict],
-                    quantile: float = 0.95) -> tuple[float, int]:
-    """(threshold, kernels re-timed): the `quantile` of |t2/t1 - 1| over correct attempts judged twice.
-    `rows[a.index]`: the dataset row attempt `a` answered (its split's rows, or a dict by index)."""
-    from dragonlab.learn.attempts import evaluate_attempts
-
-    correct = [(a, rows[a.index]) for a in attempts if a.evaluation.latency]
-    if not correct:
-        return 0.0, 0
-    evaluator.clear_cache()
-    again = evaluate_attempts(evaluator, workloads, [r for _, r in correct], [[a.script] for a, _ in correct])
-    changes = sorted(abs(math.log(b.evaluation.latency / a.evaluation.latency))
-                     for (a, _), b in zip(correct, again) if b.evaluation.latency)
-    if not changes:
-        return 0.0, 0
-    q = changes[min(len(changes) - 1, int(quantile * len(changes)))]
-    return math.exp(q) - 1, len(changes)
-
-
-def compare(a: list[Attempt], b: list[Attempt], threshold: float,
-            reward_config: RewardConfig = RewardConfig()) -> list[Comparison]:
-    """Per task and overall, B against A; attempts are paired by (split, index)."""
+def time_pairs(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *, rounds: int = 3,
+               progress: bool = False) -> list[PairTiming]:
+    """Where both attempts at a prompt are correct, their kernels timed side by side (protocol, 2)."""
     by_index = {(x.split, x.index): x for x in a}
     pairs = [(by_index[(y.split, y.index)], y) for y in b if (y.split, y.index) in by_index]
+    pairs = [(x, y) for x, y in pairs if x.evaluation.latency and y.evaluation.latency]
+    timed = evaluator.time_together([(workloads[x.workload], [x.script, y.script, x.script]) for x, y in pairs],
+                                    rounds=rounds, progress=progress)
+    out = []
+    for (x, _), lat in zip(pairs, timed):
+        ta, tb, ta2 = lat
+        ok = ta is not None and tb is not None and ta2 is not None
+        out.append(PairTiming(x.split, x.index, x.task,
+                              statistics.median(math.log(q / p) for p, q in zip(ta, tb)) if ok else None,
+                              statistics.median(math.log(q / p) for p, q in zip(ta, ta2)) if ok else None))
+    return out
+
+
+def noise_threshold(timings: Sequence[PairTiming], quantile: float = 0.95) -> float:
+    """The `quantile` of |A' / A - 1| over the prompts timed side by side (0 when none were)."""
+    nulls = sorted(abs(t.null) for t in timings if t.null is not None)
+    if not nulls:
+        return 0.0
+    return math.exp(nulls[min(len(nulls) - 1, int(quantile * len(nulls)))]) - 1
+
+
+def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], threshold: float,
+            reward_config: RewardConfig = RewardConfig()) -> list[Comparison]:
+    """Per task and overall, B against A; attempts are paired by (split, index), latencies
+    compared by `timings` (`time_pairs`), beyond `threshold`."""
+    by_index = {(x.split, x.index): x for x in a}
+    pairs = [(by_index[(y.split, y.index)], y) for y in b if (y.split, y.index) in by_index]
+    change = {(t.split, t.index): t.change for t in timings}
     out = []
     for task in sorted({x.task for x, _ in pairs}) + ["all"]:
         group = [(x, y) for x, y in pairs if task in ("all", x.task)]
-        wins = losses = ties = only_a = only_b = both = 0
+        wins = losses = ties = only_a = only_b = both = untimed = 0
         for x, y in group:
             lx, ly = x.evaluation.latency, y.evaluation.latency
             if lx and ly:
                 both += 1
-                change = lx / ly - 1 if ly < lx else -(ly / lx - 1)  # > 0: B faster
-                if change > threshold:
+                c = change.get((x.split, x.index))
+                if c is None:
+                    untimed += 1
+                elif c < -math.log1p(threshold):
                     wins += 1
-                elif change < -threshold:
+                elif c > math.log1p(threshold):
                     losses += 1
                 else:
                     ties += 1
@@ -129,23 +160,20 @@ def compare(a: list[Attempt], b: list[Attempt], threshold: float,
             task, n, sum(x.evaluation.correct for x, _ in group) / n, sum(y.evaluation.correct for _, y in group) / n,
             sum(reward(x.evaluation, reward_config) for x, _ in group) / n,
             sum(reward(y.evaluation, reward_config) for _, y in group) / n,
-            both, wins, losses, ties, only_a, only_b, threshold, sign_test(wins, losses)))
+            both, wins, losses, ties, only_a, only_b, threshold, sign_test(wins, losses), untimed))
     return out
 
 
-def compare_models(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt],
-                   rows: Mapping[str, Sequence[dict] | Mapping[int, dict]], *, quantile: float = 0.95,
-                   reward_config: RewardConfig = RewardConfig()) -> ModelComparison:
+def compare_models(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *, rounds: int = 3,
+                   quantile: float = 0.95, reward_config: RewardConfig = RewardConfig(),
+                   progress: bool = False) -> ModelComparison:
     """B's attempts against A's on the same prompts (paired by split and index; pass one attempt per
-    prompt), by the protocol above. Per split of `rows`, A's correct kernels are timed again by
-    `evaluator` (its cache cleared) for that split's noise threshold; the largest counts.
-    `rows[split][a.index]`: the dataset row an attempt answered (the split's rows in order, or a
-    dict by index). `workloads`: by key, as `dataset.load` gives them."""
-    threshold, retimed = 0.0, 0
-    for split, split_rows in rows.items():
-        t, n = noise_threshold(evaluator, workloads, [x for x in a if x.split == split], split_rows, quantile)
-        threshold, retimed = max(threshold, t), retimed + n
-    return ModelComparison(threshold, retimed, tuple(compare(a, b, threshold, reward_config)))
+    prompt), by the protocol above, the kernels timed again by `evaluator`. `workloads`: by key, as
+    `dataset.load` gives them."""
+    timings = time_pairs(evaluator, workloads, a, b, rounds=rounds, progress=progress)
+    threshold = noise_threshold(timings, quantile)
+    retimed = sum(t.null is not None for t in timings)
+    return ModelComparison(threshold, retimed, tuple(compare(a, b, timings, threshold, reward_config)), tuple(timings))
 
 
 def format_comparison(rows: list[Comparison], a: str = "A", b: str = "B") -> str:
@@ -155,5 +183,5 @@ def format_comparison(rows: list[Comparison], a: str = "A", b: str = "B") -> str
         lines.append(f"{r.task:<13}{r.prompts:>8}{r.correct_a:>12.1%}{r.correct_b:>12.1%}{r.mean_reward_a:>11.3f}"
                      f"{r.mean_reward_b:>11.3f}  faster {r.wins}/{r.both_correct}, slower {r.losses}, "
                      f"ties {r.ties}; sign test p = {r.p_value:.3g}; only {a} correct {r.only_a}, "
-                     f"only {b} correct {r.only_b}")
+                     f"only {b} correct {r.only_b}" + (f"; {r.untimed} failed when timed again" if r.untimed else ""))
     return "\n".join(lines)

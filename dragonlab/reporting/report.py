@@ -33,8 +33,8 @@ How the numbers are defined (every figure is over held-out prompts or workloads)
   search (prorated per trial) took to a kernel within 10% of MetaSchedule at the largest budget.
 - Model-seeded search: `seeded_budget` trials (the model's kernels among them) against plain
   search at every budget.
-- RL vs SFT: `dragonlab.reporting.compare.compare_models` on the first attempt at each prompt (noise
-  threshold measured by re-timing, sign test).
+- RL vs SFT: `dragonlab.reporting.compare.compare_models` on the first attempt at each prompt (both
+  kernels timed again side by side; noise threshold from SFT's kernel against itself; sign test).
 
 The numbers are computed by `dragonlab.reporting.metrics` from what was judged; the report is a
 `dragonlab.reporting.results.Report` (frozen dataclasses, read by attribute), report.json its JSON.
@@ -133,7 +133,7 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
         base = _baselines(evaluator, [workloads[k] for k in held], target, attempts, out, config, progress, stored)
         rl_vs_sft = None
         if "sft" in attempts and "rl" in attempts:
-            rl_vs_sft = _rl_vs_sft(evaluator, workloads, rows, attempts)
+            rl_vs_sft = _rl_vs_sft(evaluator, workloads, attempts, progress)
 
     report = replace(
         metrics(attempts, turns, base, config, held, rl_vs_sft), workload_names={k: workloads[k].name for k in held},
@@ -296,11 +296,10 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
     return result
 
 
-def _rl_vs_sft(evaluator, workloads, rows, attempts) -> ModelComparison:
-    """RL against SFT on the first attempt at each prompt (rows carry their split index)."""
+def _rl_vs_sft(evaluator, workloads, attempts, progress: bool) -> ModelComparison:
+    """RL against SFT on the first attempt at each prompt."""
     first = {name: [a for a in attempts[name] if a.sample == 0] for name in ("sft", "rl")}
-    by_index = {split: {r["index"]: r for r in split_rows} for split, split_rows in rows.items()}
-    return compare_models(evaluator, workloads, first["sft"], first["rl"], by_index)
+    return compare_models(evaluator, workloads, first["sft"], first["rl"], progress=progress)
 
 
 def read_report(path: str | os.PathLike) -> Report:

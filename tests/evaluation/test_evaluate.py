@@ -184,6 +184,24 @@ def test_the_cache_gives_each_caller_its_own_reference(evaluator, records):
     assert (a.reference_latency, b.reference_latency, c.reference_latency) == (2.0, again.reference_latency, 3.0)
 
 
+def test_kernels_to_compare_are_timed_side_by_side_round_by_round(evaluator, records, monkeypatch):
+    w, r = _matmul_record(records)
+    timed = []
+    time_artifact = evaluator._time_artifact
+    monkeypatch.setattr(evaluator, "_time_artifact", lambda artifact, specs: timed.append(artifact) or
+                        time_artifact(artifact, specs))
+    # the recorded schedule, the unscheduled kernel (an empty script), a script that does not apply
+    (a, u, a2), (broken,) = evaluator.time_together(
+        [(w, [r.trace, "", encode(r.trace)]), (w, [encode(r.trace).replace("get C", "get Nope", 1)])],
+        rounds=2, progress=False)
+    assert broken is None and len(a) == len(u) == len(a2) == 2 and all(t > 0 for t in a + u + a2)
+    assert len(set(timed)) == 2 and timed[:3] == timed[3:] and timed[0] == timed[2] != timed[1]
+    # the same kernel against itself, in the same rounds: timing noise only (the unit is seconds)
+    assert all(0.25 < y / x < 4 for x, y in zip(a, a2)) and all(1e-7 < t < 1 for t in a)
+    with pytest.raises(ValueError, match="rounds"):
+        evaluator.time_together([(w, [r.trace])], rounds=0)
+
+
 def test_reward_ladder_and_bonus_are_bounded():
     config = RewardConfig()
     ladder = [config.decode, config.apply, config.validate, config.build, config.check]

@@ -13,7 +13,7 @@ from dragonlab.learn import dataset
 from dragonlab.learn.attempts import Attempt
 from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.rl import RLConfig, ShapedReward, read_rollouts, train
-from dragonlab.reporting.compare import compare, sign_test
+from dragonlab.reporting.compare import PairTiming, compare, sign_test
 
 
 def test_shaped_reward_judges_each_script_and_logs_the_components(data):
@@ -98,10 +98,14 @@ def _attempt(index: int, latency: float | None) -> Attempt:
 
 
 def test_compare_counts_wins_beyond_the_threshold_with_a_sign_test():
-    a = [_attempt(0, 1.0), _attempt(1, 1.0), _attempt(2, 1.0), _attempt(3, None), _attempt(4, 1.0)]
-    b = [_attempt(0, 0.5), _attempt(1, 0.97), _attempt(2, 2.0), _attempt(3, 1.0), _attempt(4, None)]
-    (row, total) = compare(a, b, threshold=0.05)
-    assert (row.wins, row.losses, row.ties, row.only_a, row.only_b, row.both_correct) == (1, 1, 1, 1, 1, 3)
-    assert row.correct_a == row.correct_b == 0.8 and total.task == "all"
+    a = [_attempt(0, 1.0), _attempt(1, 1.0), _attempt(2, 1.0), _attempt(3, None), _attempt(4, 1.0), _attempt(5, 1.0)]
+    b = [_attempt(0, 1.0), _attempt(1, 0.5), _attempt(2, 1.0), _attempt(3, 1.0), _attempt(4, None), _attempt(5, 1.0)]
+    # B against A timed side by side (log ratio; the judged latencies above do not decide); 5 failed then
+    timings = [PairTiming("test", i, "construction", c, 0.0) for i, c in
+               ((0, math.log(0.5)), (1, math.log(0.97)), (2, math.log(2.0)), (5, None))]
+    (row, total) = compare(a, b, timings, threshold=0.05)
+    assert (row.wins, row.losses, row.ties, row.only_a, row.only_b, row.both_correct) == (1, 1, 1, 1, 1, 4)
+    assert row.untimed == 1
+    assert row.correct_a == row.correct_b == 5 / 6 and total.task == "all"
     assert sign_test(0, 0) == 1.0 and sign_test(1, 1) == 1.0
     assert sign_test(9, 1) == pytest.approx(22 / 1024)  # 2 * (C(10,9) + C(10,10)) / 2^10

@@ -197,34 +197,41 @@ def test_the_page_and_figures_read_a_report():
     assert [t.name for t in figs["latency"].data][:1] == ["m best-of-k"] and list(figs["latency"].data[0].x) == ["wa", "wb"]
 
 
-class _Retimer:
-    """An evaluator that times every kernel again `factors[i]` times slower on its i-th batch."""
+class _SideBySide:
+    """An evaluator whose kernels, timed side by side, take `latencies[(workload, script)]` seconds,
+    A's second slot `noise[workload]` times A's first."""
 
-    def __init__(self, latencies: dict, factors: list[float]):
-        self.latencies, self.factors, self.cleared = latencies, iter(factors), 0
+    def __init__(self, latencies: dict, noise: dict):
+        self.latencies, self.noise, self.groups = latencies, noise, []
 
-    def clear_cache(self):
-        self.cleared += 1
-
-    def evaluate_many(self, items, reference_latencies=None, progress=False):
-        f = next(self.factors)
-        return [Evaluation(w, "cpu", "ok", latencies=(self.latencies[(w, s)] * f,) * 3) for w, s in items]
+    def time_together(self, groups, rounds=3, progress=False):
+        self.groups.append(groups)
+        return [[(self.latencies[(w, s)] * (self.noise[w] if i == 2 else 1),) * rounds for i, s in enumerate(scripts)]
+                for w, scripts in groups]
 
 
-def test_compare_models_measures_the_noise_per_split_and_keeps_the_largest():
+def test_compare_models_times_both_kernels_side_by_side_and_measures_the_noise_against_a_itself():
     sft = [_attempt("test", 0, 0, "construction", "a", 4.0), _attempt("test", 1, 0, "construction", "b", 2.0),
-           _attempt("val", 0, 0, "construction", "a", 4.0)]
-    rl = [_attempt("test", 0, 0, "construction", "a", 2.0), _attempt("test", 1, 0, "construction", "b", 1.8),
-          _attempt("val", 0, 0, "construction", "a", None)]
-    rows = {split: [{"task": "construction", "workload": w} for w in ws] for split, ws in (("test", "ab"), ("val", "a"))}
-    evaluator = _Retimer({("a", "get C"): 4.0, ("b", "get C"): 2.0}, [1.1, 1.5])
-    result = compare_models(evaluator, {"a": "a", "b": "b"}, sft, rl, rows)
-    assert evaluator.cleared == 2 and result.retimed == 3 and result.threshold == pytest.approx(0.5)
-    overall = result.rows[-1]
-    assert [r.task for r in result.rows] == ["construction", "all"]
-    assert (overall.prompts, overall.wins, overall.ties, overall.losses, overall.only_a) == (3, 1, 1, 0, 1)
-    assert "noise threshold 50.0%, measured on 3 kernels" in result.text("SFT", "RL")
+           _attempt("val", 0, 0, "refinement", "c", 4.0), _attempt("val", 1, 0, "refinement", "d", 1.0)]
+    rl = [_attempt("test", 0, 0, "construction", "a", 2.0), _attempt("test", 1, 0, "construction", "b", 9.0),
+          _attempt("val", 0, 0, "refinement", "c", None), _attempt("val", 1, 0, "refinement", "d", 1.0)]
+    rl = [replace(x, script="get C\nloops b0 >3") for x in rl]
+    # the judged latencies above are not what decides: the kernels timed side by side are
+    timed = {("a", "get C"): 4.0, ("a", "get C\nloops b0 >3"): 3.0, ("b", "get C"): 2.0,
+             ("b", "get C\nloops b0 >3"): 2.1, ("d", "get C"): 1.0, ("d", "get C\nloops b0 >3"): 1.5}
+    evaluator = _SideBySide(timed, {"a": 1.0, "b": 1.1, "d": 0.95})
+    result = compare_models(evaluator, {k: k for k in "abcd"}, sft, rl, rounds=2)
+    (groups,) = evaluator.groups  # one call, only where both are correct, A's kernel twice
+    assert groups == [(w, ["get C", "get C\nloops b0 >3", "get C"]) for w in "abd"]
+    assert result.retimed == 3 and result.threshold == pytest.approx(0.1)  # the largest of 0%, 10%, 5%
+    construction, refinement, overall = result.rows
+    assert (construction.wins, construction.ties, construction.losses) == (1, 1, 0)  # 0.75x wins, 1.05x ties
+    assert (refinement.losses, refinement.only_a, overall.both_correct) == (1, 1, 3)
+    assert "noise threshold 10.0%: SFT's kernel against itself, timed side by side with RL's on 3" \
+        in result.text("SFT", "RL")
     assert ModelComparison.from_json(result.to_json()) == result
+    older = {k: v for k, v in result.to_json().items() if k != "timings"}  # written before timings were kept
+    assert ModelComparison.from_json(older).timings == ()
 
 
 def _imports(path: Path, module: str, known: set[str]) -> set[str]:
