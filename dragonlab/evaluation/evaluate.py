@@ -143,7 +143,7 @@ class Evaluator:
         self._remove_dir = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         self._cache: OrderedDict[tuple, tuple[Evaluation, Evaluation | None]] = OrderedDict()  # (as measured, against the unscheduled kernel)
         self._references: dict[str, float | None] = {}
-        self.timing_lock = threading.RLock()  # held again by time_together around its rounds
+        self.timing_lock = threading.Lock()
 
     def evaluate(self, workload: Workload, script, *, reference_latency: float | None = None) -> Evaluation:
         return self.evaluate_many([(workload, script)], reference_latencies=[reference_latency], progress=False)[0]
@@ -206,7 +206,7 @@ class Evaluator:
                 with self.timing_lock:
                     for r in range(rounds):
                         for i in (slots if r % 2 == 0 else slots[::-1]):
-                            t = self._time_artifact(artifacts[key_of[i]], arg_specs_of(w.mod))
+                            t = self._measure(artifacts[key_of[i]], arg_specs_of(w.mod))
                             per_round[i].append(statistics.median(t) if isinstance(t, list) else math.nan)
                 timed.update({i: tuple(ts) if all(t > 0 for t in ts) else None for i, ts in per_round.items()})
                 bar.update()
@@ -303,6 +303,11 @@ class Evaluator:
         return result
 
     def _time_artifact(self, artifact: str, arg_specs: list) -> list[float] | str:
+        with self.timing_lock:
+            return self._measure(artifact, arg_specs)
+
+    def _measure(self, artifact: str, arg_specs: list) -> list[float] | str:
+        """Seconds per repeat, or why not; the caller holds `timing_lock`."""
         m = self.config.measure
         if self.rpc is not None:
             from tvm.s_tir.meta_schedule.arg_info import TensorInfo
@@ -314,8 +319,7 @@ class Evaluator:
                 return f"timing: {reason_of(RemoteError(r.error_msg))}"
             return [float(s) for s in r.run_secs]
         try:
-            with self.timing_lock:
-                timed = self.timer.call(time_kernel, artifact, arg_specs, m.number, m.repeat, m.min_repeat_ms)
+            timed = self.timer.call(time_kernel, artifact, arg_specs, m.number, m.repeat, m.min_repeat_ms)
         except WorkerError as e:
             return f"timing: {e}"
         except RemoteError as e:
