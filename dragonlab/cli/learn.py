@@ -7,6 +7,7 @@ Their settings are DatasetConfig's, SFTConfig's and RLConfig's fields
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -165,6 +166,7 @@ def attempts(args) -> int:
 # --- rl --------------------------------------------------------------------------------------------
 
 def add_rl(sub, name: str, help: str):
+    from dragonlab.evaluation.reward import RewardConfig
     from dragonlab.learn.rl import RLConfig
 
     c = command(sub, name, help, configs=[RLConfig],
@@ -174,13 +176,21 @@ def add_rl(sub, name: str, help: str):
     c.add_argument("--from", dest="source", type=Path, required=True, help="an SFT run directory or a model directory")
     c.add_argument("--data", type=Path, required=True, help=DATA_HELP)
     c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")
+    # the reward's trade-offs; its penalty ladder stays RewardConfig's (a campaign's [rl.reward] sets any field)
+    reward = c.add_argument_group("RewardConfig (dragonlab.evaluation.reward)")
+    for name in ("repaired_penalty", "bonus_weight", "max_speedup"):
+        f = next(f for f in dataclasses.fields(RewardConfig) if f.name == name)
+        reward.add_argument(f"--{name.replace('_', '-')}", type=float, default=f.default, metavar="X",
+                            help=f.metadata["help"])
     c.set_defaults(run=rl)
 
 
 def rl(args) -> int:
+    from dragonlab.evaluation.reward import RewardConfig
     from dragonlab.learn.rl import RLConfig, train
 
-    config = config_from(RLConfig, args)
+    config = config_from(RLConfig, args, reward=RewardConfig(
+        repaired_penalty=args.repaired_penalty, bonus_weight=args.bonus_weight, max_speedup=args.max_speedup))
     start = time.monotonic()
     run = train(args.source, args.data, args.out, config)
     rewards = [d["reward"] for d in run.log if "reward" in d]

@@ -88,6 +88,10 @@ def test_rl_refuses_bad_settings_with_one_clear_error(tiny, data, tmp_path, caps
     assert main(["rl", "--from", str(tiny[0].out), "--data", str(data), "--out", str(tmp_path / "o"),
                  "--num-generations", "1"]) == 2
     assert "num_generations must be at least 2" in capsys.readouterr().err
+    # the reward's flags reach RewardConfig, which refuses a correct kernel worth less than a wrong one
+    assert main(["rl", "--from", str(tiny[0].out), "--data", str(data), "--out", str(tmp_path / "o"),
+                 "--bonus-weight", "0.9", "--repaired-penalty", "0.5"]) == 2
+    assert "RewardConfig: the worst correct kernel (-0.4) must beat a wrong one (-0.2)" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
