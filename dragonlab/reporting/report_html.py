@@ -154,7 +154,7 @@ def sections(report: Report) -> list[tuple[str, str]]:
                  fmt(r.mean_reward_b), f"{r.wins}/{r.both_correct}", str(r.losses), str(r.ties), fmt(r.p_value)]
                 for r in cmp.rows]
         out.append((f"RL vs SFT (first attempt per prompt; noise threshold {cmp.threshold:.1%} from "
-                    f"{cmp.retimed} kernels timed twice)", table(
+                    f"SFT's kernel against itself on {cmp.retimed} prompts, timed side by side with RL's)", table(
                         ["task", "prompts", "SFT correct", "RL correct", "SFT reward", "RL reward", "RL faster",
                          "RL slower", "ties", "sign test p"], rows)))
 
