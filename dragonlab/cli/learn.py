@@ -178,9 +178,9 @@ def add_rl(sub, name: str, help: str):
     c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")
     # the reward's trade-offs; its penalty ladder stays RewardConfig's (a campaign's [rl.reward] sets any field)
     reward = c.add_argument_group("RewardConfig (dragonlab.evaluation.reward)")
-    for name in ("repaired_penalty", "bonus_weight", "max_speedup"):
+    for name, range_ in (("repaired_penalty", ">= 0"), ("bonus_weight", ">= 0"), ("max_speedup", "> 0")):
         f = next(f for f in dataclasses.fields(RewardConfig) if f.name == name)
-        reward.add_argument(f"--{name.replace('_', '-')}", type=float, default=f.default, metavar="X",
+        reward.add_argument(f"--{name.replace('_', '-')}", type=number(range_), default=f.default, metavar="X",
                             help=f.metadata["help"])
     c.set_defaults(run=rl)
 

@@ -15,7 +15,7 @@ the input script for refinement; it travels in `Evaluation.reference_latency`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from dragonlab.core.errors import InputError
@@ -38,6 +38,9 @@ class RewardConfig:
     max_speedup: float = field(default=16.0, metadata={"help": "speedup at which the bonus saturates"})
 
     def __post_init__(self):
+        for f in fields(self):
+            if not math.isfinite(getattr(self, f.name)):
+                raise InputError(f"RewardConfig.{f.name} must be a finite number, got {getattr(self, f.name)}")
         ladder = [self.decode, self.apply, self.validate, self.build, self.check]
         if ladder != sorted(ladder) or self.run > self.check:
             raise InputError("RewardConfig: penalties must rise decode <= apply <= validate <= build/run <= check")

@@ -62,6 +62,7 @@ def test_collect_refuses_a_timeout_that_is_not_a_positive_finite_number(tmp_path
     ["attempts", "--model", "m", "--data", "d", "--out", "o", "--temperature", "nan"],
     ["rl", "--from", "s", "--data", "d", "--out", "o", "--beta", "-0.1"],
     ["rl", "--from", "s", "--data", "d", "--out", "o", "--temperature", "0"],
+    ["rl", "--from", "s", "--data", "d", "--out", "o", "--bonus-weight", "nan"],
     ["sft", "--data", "d", "--out", "o", "--learning-rate", "inf"],
     ["report", "--run", "r", "--temperature", "-1"],
 ])

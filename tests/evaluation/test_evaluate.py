@@ -1,6 +1,7 @@
 """The evaluator on real records and on broken, repaired and hacked scripts; the reward."""
 
 import copy
+import math
 import os
 import re
 import shutil
@@ -214,6 +215,8 @@ def test_reward_ladder_and_bonus_are_bounded():
     assert config.check < reward(slow) < reward(ok) < reward(fast)
     with pytest.raises(ValueError, match="worst correct kernel"):
         RewardConfig(bonus_weight=2.0)
+    with pytest.raises(ValueError, match="bonus_weight must be a finite number, got nan"):
+        RewardConfig(bonus_weight=math.nan)  # every comparison with nan is False: the checks above pass it
 
 
 def test_cuda_scripts_validate_and_build_to_source_without_a_gpu(quick):
