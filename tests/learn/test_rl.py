@@ -63,7 +63,7 @@ def test_grpo_from_the_tiny_sft_model_logs_rewards_and_resumes(tiny, data, tmp_p
     assert [d["step"] for d in rollouts] == [1, 1, 2, 2]
     for d in (d for d in again.log if "reward" in d):
         mine = [r["reward"] for r in rollouts if r["step"] == d["step"]]
-        assert d["reward"] == pytest.approx(sum(mine) / len(mine))
+        assert d["reward"] == pytest.approx(sum(mine) / len(mine), rel=1e-5)  # trl logs a float32 mean
 
 
 def test_grpo_rollouts_can_be_constrained(tiny, data, tmp_path, monkeypatch):
