@@ -7,12 +7,11 @@ Their settings are DatasetConfig's, SFTConfig's and RLConfig's fields
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from pathlib import Path
 
-from dragonlab.cli.options import Command, UsageError, command, config_from, given, number, require
+from dragonlab.cli.options import Command, UsageError, command, config_flags, config_from, given, number, require
 
 DATA_HELP = "a directory written by `dataset build`"
 
@@ -169,19 +168,13 @@ def add_rl(sub, name: str, help: str):
     from dragonlab.evaluation.reward import RewardConfig
     from dragonlab.learn.rl import RLConfig
 
-    c = command(sub, name, help, configs=[RLConfig],
+    c = command(sub, name, help, configs=[RLConfig, config_flags(RewardConfig, skip=RewardConfig.LADDER)],
                 description="Reinforcement learning with trl's GRPOTrainer: scripts sampled in groups, judged by "
                             "the evaluator, rewarded by RewardConfig (correctness first, a latency bonus only for "
                             "correct kernels). Rerunning the same command resumes.")
     c.add_argument("--from", dest="source", type=Path, required=True, help="an SFT run directory or a model directory")
     c.add_argument("--data", type=Path, required=True, help=DATA_HELP)
     c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")
-    # the reward's trade-offs; its penalty ladder stays RewardConfig's (a campaign's [rl.reward] sets any field)
-    reward = c.add_argument_group("RewardConfig (dragonlab.evaluation.reward)")
-    for name, range_ in (("repaired_penalty", ">= 0"), ("bonus_weight", ">= 0"), ("max_speedup", "> 0")):
-        f = next(f for f in dataclasses.fields(RewardConfig) if f.name == name)
-        reward.add_argument(f"--{name.replace('_', '-')}", type=number(range_), default=f.default, metavar="X",
-                            help=f.metadata["help"])
     c.set_defaults(run=rl)
 
 
@@ -189,8 +182,7 @@ def rl(args) -> int:
     from dragonlab.evaluation.reward import RewardConfig
     from dragonlab.learn.rl import RLConfig, train
 
-    config = config_from(RLConfig, args, reward=RewardConfig(
-        repaired_penalty=args.repaired_penalty, bonus_weight=args.bonus_weight, max_speedup=args.max_speedup))
+    config = config_from(RLConfig, args, reward=config_from(RewardConfig, args, skip=RewardConfig.LADDER))
     start = time.monotonic()
     run = train(args.source, args.data, args.out, config)
     rewards = [d["reward"] for d in run.log if "reward" in d]

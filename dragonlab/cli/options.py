@@ -191,11 +191,12 @@ def command(sub, name: str, help: str, *, configs=(), description: str | None = 
     return p
 
 
-def config_from(cls, args, **overrides):
-    """The config from the parsed flags (see config_flags); the config checks its values."""
+def config_from(cls, args, *, skip=(), **overrides):
+    """The config from the parsed flags (see config_flags; `skip` as given there: those fields keep
+    their defaults); the config checks its values."""
     types_ = hints(cls)
     values = {}
-    for f in flag_fields(cls):
+    for f in flag_fields(cls, skip):
         if hasattr(args, f.name):
             value = getattr(args, f.name)
             values[f.name] = tuple(value) if isinstance(value, list) and field_type(types_[f.name])[1] else value

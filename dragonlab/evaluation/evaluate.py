@@ -40,6 +40,7 @@ The settings, `EvalConfig`, live in `dragonlab.evaluation.config` (no TVM import
 
 from __future__ import annotations
 
+import itertools
 import math
 import shutil
 import statistics
@@ -194,27 +195,23 @@ class Evaluator:
         keys = list(pending)
         by_key = {key: items[pending[key][0]][0] for key in keys}
         key_of = {i: key for key, where in pending.items() for i in where}
+        starts = list(itertools.accumulate((len(scripts) for _, scripts in groups), initial=0))
         timed: dict[int, tuple[float, ...] | None] = {}
         bar = progress_bar(total=len(keys) * 2 + len(groups), unit="step", progress=progress)
         with bar, self._built(keys, by_key, plains, bar) as (evaluations, artifacts):
-            start = 0
-            for w, scripts in groups:
+            for (w, scripts), start in zip(groups, starts):
                 slots = [i for i in range(start, start + len(scripts))
                          if i in key_of and evaluations[key_of[i]].stage == "time"]
-                start += len(scripts)
                 per_round: dict[int, list[float]] = {i: [] for i in slots}
+                specs = arg_specs_of(w.mod)
                 with self.timing_lock:
                     for r in range(rounds):
                         for i in (slots if r % 2 == 0 else slots[::-1]):
-                            t = self._measure(artifacts[key_of[i]], arg_specs_of(w.mod))
+                            t = self._measure(artifacts[key_of[i]], specs)
                             per_round[i].append(statistics.median(t) if isinstance(t, list) else math.nan)
                 timed.update({i: tuple(ts) if all(t > 0 for t in ts) else None for i, ts in per_round.items()})
                 bar.update()
-        out, start = [], 0
-        for _, scripts in groups:
-            out.append([timed.get(i) for i in range(start, start + len(scripts))])
-            start += len(scripts)
-        return out
+        return [[timed.get(i) for i in range(start, start + len(scripts))] for (_, scripts), start in zip(groups, starts)]
 
     def _admit(self, items: list[tuple[Workload, object]]):
         """(results, pending, plains): each item decoded and checked against the allowlist (a

@@ -15,9 +15,10 @@ the input script for refinement; it travels in `Evaluation.reference_latency`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from dragonlab.core import fields as checked_fields
 from dragonlab.core.errors import InputError
 
 if TYPE_CHECKING:  # the reward is arithmetic on a verdict: importing it does not import TVM
@@ -33,14 +34,16 @@ class RewardConfig:
     run: float = field(default=-0.4, metadata={"help": "the kernel crashes, hangs or cannot run here"})
     check: float = field(default=-0.2, metadata={"help": "the kernel computes a wrong result"})
     correct: float = field(default=1.0, metadata={"help": "a numerically correct kernel"})
-    repaired_penalty: float = field(default=0.25, metadata={"help": "TVM had to repair one of its decisions"})
-    bonus_weight: float = field(default=0.5, metadata={"help": "largest latency bonus (and malus)"})
-    max_speedup: float = field(default=16.0, metadata={"help": "speedup at which the bonus saturates"})
+    repaired_penalty: float = field(default=0.25, metadata={"help": "TVM had to repair one of its decisions",
+                                                            "range": ">= 0"})
+    bonus_weight: float = field(default=0.5, metadata={"help": "largest latency bonus (and malus)", "range": ">= 0"})
+    max_speedup: float = field(default=16.0, metadata={"help": "speedup at which the bonus saturates", "range": "> 0"})
+
+    # what `dragonlab rl` leaves to a campaign's [rl.reward]: the ladder (`--run` would be a command's name)
+    LADDER = ("decode", "apply", "validate", "build", "run", "check", "correct")
 
     def __post_init__(self):
-        for f in fields(self):
-            if not math.isfinite(getattr(self, f.name)):
-                raise InputError(f"RewardConfig.{f.name} must be a finite number, got {getattr(self, f.name)}")
+        checked_fields.check(self)  # finite numbers (every comparison with NaN is False), in their ranges
         ladder = [self.decode, self.apply, self.validate, self.build, self.check]
         if ladder != sorted(ladder) or self.run > self.check:
             raise InputError("RewardConfig: penalties must rise decode <= apply <= validate <= build/run <= check")

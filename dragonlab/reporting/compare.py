@@ -104,9 +104,7 @@ def sign_test(wins: int, losses: int) -> float:
 def time_pairs(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *, rounds: int = 3,
                progress: bool = False) -> list[PairTiming]:
     """Where both attempts at a prompt are correct, their kernels timed side by side (protocol, 2)."""
-    by_index = {(x.split, x.index): x for x in a}
-    pairs = [(by_index[(y.split, y.index)], y) for y in b if (y.split, y.index) in by_index]
-    pairs = [(x, y) for x, y in pairs if x.evaluation.latency and y.evaluation.latency]
+    pairs = [(x, y) for x, y in _pairs(a, b) if x.evaluation.latency and y.evaluation.latency]
     timed = evaluator.time_together([(workloads[x.workload], [x.script, y.script, x.script]) for x, y in pairs],
                                     rounds=rounds, progress=progress)
     out = []
@@ -117,6 +115,12 @@ def time_pairs(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *
                               statistics.median(math.log(q / p) for p, q in zip(ta, tb)) if ok else None,
                               statistics.median(math.log(q / p) for p, q in zip(ta, ta2)) if ok else None))
     return out
+
+
+def _pairs(a: list[Attempt], b: list[Attempt]) -> list[tuple[Attempt, Attempt]]:
+    """(A's attempt, B's attempt) at each prompt both answered, by (split, index), in B's order."""
+    by_index = {(x.split, x.index): x for x in a}
+    return [(by_index[(y.split, y.index)], y) for y in b if (y.split, y.index) in by_index]
 
 
 def noise_threshold(timings: Sequence[PairTiming], quantile: float = 0.95) -> float:
@@ -131,8 +135,7 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
             reward_config: RewardConfig = RewardConfig()) -> list[Comparison]:
     """Per task and overall, B against A; attempts are paired by (split, index), latencies
     compared by `timings` (`time_pairs`), beyond `threshold`."""
-    by_index = {(x.split, x.index): x for x in a}
-    pairs = [(by_index[(y.split, y.index)], y) for y in b if (y.split, y.index) in by_index]
+    pairs = _pairs(a, b)
     change = {(t.split, t.index): t.change for t in timings}
     out = []
     for task in sorted({x.task for x, _ in pairs}) + ["all"]:

@@ -215,7 +215,7 @@ def test_reward_ladder_and_bonus_are_bounded():
     assert config.check < reward(slow) < reward(ok) < reward(fast)
     with pytest.raises(ValueError, match="worst correct kernel"):
         RewardConfig(bonus_weight=2.0)
-    with pytest.raises(ValueError, match="bonus_weight must be a finite number, got nan"):
+    with pytest.raises(ValueError, match="RewardConfig.bonus_weight must be a non-negative finite number, got nan"):
         RewardConfig(bonus_weight=math.nan)  # every comparison with nan is False: the checks above pass it
 
 
