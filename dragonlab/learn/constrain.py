@@ -19,6 +19,13 @@ nucleus) and checks it; a refused token is removed and another drawn, so what is
 exactly the model's distribution restricted to legal tokens, at the cost of one check per draw.
 The processor leaves only the chosen token unmasked. Only tokens whose text is printable ASCII
 and newlines can be written, as in every script the encoder writes.
+
+RL needs more: the tokens each draw was made among, the constrained policy's support, over which
+it renormalises its log-probabilities (`dragonlab.learn.rl`). A recording constraint
+(`record=True`) checks tokens most probable first until those checked hold all but `LEFTOVER`
+(1e-3) of the probability, draws among the legal ones (`choose_among`: the restricted
+distribution less its improbable tail, at several checks per token rather than one) and keeps
+them: `candidates()`, a mask over the vocabulary per sequence and generated token.
 """
 
 from __future__ import annotations
@@ -32,7 +39,11 @@ from dragonlab.core.errors import InputError
 from dragonlab.learn.schedule_oracle import Replayer
 from dragonlab.learn.script_follower import PRINTABLE, ScriptFollower
 
-__all__ = ["ScriptConstraint", "choose", "for_rows", "token_pieces"]
+__all__ = ["LEFTOVER", "ScriptConstraint", "choose", "choose_among", "for_rows", "token_pieces"]
+
+# Recording draws, the constraint checks tokens, most probable first, until those checked hold all
+# but this much of the probability: the legal ones among them are what a draw is made among.
+LEFTOVER = 1e-3
 
 
 def token_pieces(tokenizer) -> list[str | None]:
@@ -58,10 +69,12 @@ class ScriptConstraint:
     """
 
     def __init__(self, tokenizer, modules: Mapping[str, object], *, greedy: bool = False,
-                 temperature: float = 1.0, top_p: float = 1.0, first_checks: int = 64):
-        """`greedy`, `temperature` and `top_p` are the generation's (`models.generate` sets them)."""
+                 temperature: float = 1.0, top_p: float = 1.0, first_checks: int = 64, record: bool = False):
+        """`greedy`, `temperature` and `top_p` are the generation's (`models.generate` sets them);
+        `record`: draw as `choose_among` does, and keep what each draw was among (`candidates`)."""
         self.tokenizer, self.modules = tokenizer, dict(modules)
         self.greedy, self.temperature, self.top_p, self.first_checks = greedy, temperature, top_p, first_checks
+        self.record = record
         self.pieces = token_pieces(tokenizer)
         eos = tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos])
@@ -71,6 +84,7 @@ class ScriptConstraint:
         self.checks = 0  # candidate tokens checked, over all calls
         self._seen = None
         self._prompt_len = 0
+        self._candidates: list[list[list[int] | None]] = []  # per call, per sequence (None: it had ended)
         self.replayer = Replayer()  # one worker applies the lines of every sequence
 
     def close(self) -> None:
@@ -92,13 +106,34 @@ class ScriptConstraint:
                 self._feed(follower, token)
         self._seen = input_ids.clone()
         masked = torch.full_like(scores, -math.inf)
+        among: list[list[int] | None] = []
         for row, follower in enumerate(self.followers):
             if follower.ending is not None:
                 masked[row] = scores[row]  # finished: generate pads it, whatever is chosen
+                among.append(None)
                 continue
-            allowed = self._allowed(follower, scores[row])
-            masked[row, allowed] = scores[row, allowed]
+            token, among_row = self._allowed(follower, scores[row])
+            masked[row, token] = scores[row, token]
+            among.append(among_row)
+        if self.record:
+            self._candidates.append(among)
         return masked
+
+    def candidates(self, vocab_size: int):
+        """The last generation's draws (a recording constraint's): a bool tensor (sequences,
+        generated tokens, `vocab_size`), True at the tokens each draw was made among (all, where
+        the sequence had ended)."""
+        import torch
+
+        if not self.record:
+            raise ValueError("candidates() needs a recording constraint (record=True)")
+        mask = torch.ones(len(self.followers), len(self._candidates), vocab_size, dtype=torch.bool)
+        for step, among in enumerate(self._candidates):
+            for row, tokens in enumerate(among):
+                if tokens is not None:
+                    mask[row, step] = False
+                    mask[row, step, tokens] = True
+        return mask
 
     def finish(self, completion_ids) -> list[str]:
         """The scripts of the sequences whose generated tokens are `completion_ids` (one row per
@@ -128,7 +163,7 @@ class ScriptConstraint:
 
     def _start(self, input_ids) -> None:
         self._prompt_len = input_ids.shape[1]
-        self.followers = []
+        self.followers, self._candidates = [], []
         for ids in input_ids.tolist():
             prompt = self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
             if prompt not in self.modules:
@@ -143,19 +178,26 @@ class ScriptConstraint:
         else:
             follower.advance(self.pieces[token])
 
-    def _allowed(self, follower: ScriptFollower, scores) -> list[int]:
-        """The one token to write next; EOS alone at a dead end."""
+    def _allowed(self, follower: ScriptFollower, scores) -> tuple[int, list[int] | None]:
+        """The token to write next, and (recording) the legal tokens it was drawn among; EOS alone
+        at a dead end."""
         def ok(token: int) -> bool:
             self.checks += 1
             return follower.can_end() if token in self.eos else \
                 self.pieces[token] is not None and follower.allows(self.pieces[token])
 
-        token = choose(scores, ok, greedy=self.greedy, temperature=self.temperature, top_p=self.top_p,
-                       first_checks=self.first_checks)
+        if self.record and not self.greedy:
+            token, among = choose_among(scores, ok, temperature=self.temperature, top_p=self.top_p,
+                                        first_checks=self.first_checks)
+        else:
+            token = choose(scores, ok, greedy=self.greedy, temperature=self.temperature, top_p=self.top_p,
+                           first_checks=self.first_checks)
+            among = None if token is None else [token]
         if token is None:  # nothing can continue this line, so the script ends here
             follower.dead_end = True
-            return sorted(self.eos)[:1]
-        return [token]
+            token = sorted(self.eos)[0]
+            among = [token]
+        return token, among
 
 
 def choose(scores, ok, *, greedy: bool, temperature: float = 1.0, top_p: float = 1.0,
@@ -187,6 +229,39 @@ def choose(scores, ok, *, greedy: bool, temperature: float = 1.0, top_p: float =
     return next((t for t in itertools.chain(first, rest) if t not in refused and ok(t)), None)
 
 
-def for_rows(tokenizer, rows, workloads: Mapping) -> ScriptConstraint:
-    """A constraint for dataset rows (each with "prompt" and "workload", a key of `workloads`)."""
-    return ScriptConstraint(tokenizer, {row["prompt"]: workloads[row["workload"]].mod for row in rows})
+def choose_among(scores, ok, *, temperature: float = 1.0, top_p: float = 1.0, first_checks: int = 64,
+                 leftover: float = LEFTOVER) -> tuple[int | None, list[int]]:
+    """A token to write, drawn as `choose` draws it, and the accepted tokens it was drawn among;
+    (None, []) if `ok` accepts none.
+
+    Tokens are checked most probable first (at `temperature`, within the top-p nucleus) until
+    those checked hold all but `leftover` of the probability, or, once one is accepted, until
+    `first_checks` were checked; the draw is among the accepted ones in proportion to their
+    probability. Where none of those is accepted, the first accepted one further down (alone)."""
+    import torch
+
+    order = torch.argsort(scores, descending=True).tolist()
+    probs = torch.softmax(scores.double() / max(temperature, 1e-6), -1)
+    if top_p < 1.0:  # the nucleus, as transformers' TopPLogitsWarper keeps it
+        ranked = torch.tensor(order)
+        probs[ranked[(torch.cumsum(probs[ranked], 0) - probs[ranked]) >= top_p]] = 0.0
+    accepted: list[int] = []
+    checked_mass = 0.0
+    for i, token in enumerate(order):
+        if accepted and (checked_mass >= 1.0 - leftover or i >= first_checks or probs[token] == 0):
+            break
+        if ok(token):
+            accepted.append(token)
+        checked_mass += float(probs[token])
+    if not accepted:
+        return None, []
+    weights = probs[accepted]
+    if weights.sum() == 0:
+        return accepted[0], accepted[:1]
+    return accepted[int(torch.multinomial(weights, 1))], [t for t, w in zip(accepted, weights.tolist()) if w > 0]
+
+
+def for_rows(tokenizer, rows, workloads: Mapping, **options) -> ScriptConstraint:
+    """A constraint for dataset rows (each with "prompt" and "workload", a key of `workloads`);
+    `options` are ScriptConstraint's."""
+    return ScriptConstraint(tokenizer, {row["prompt"]: workloads[row["workload"]].mod for row in rows}, **options)

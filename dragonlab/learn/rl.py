@@ -57,8 +57,8 @@ class RLConfig:
                                                     "range": "> 0"})
     seed: int = field(default=0, metadata={"help": "seeds shuffling and sampling", "range": ">= 0"})
     constrained: bool = field(default=False, metadata={
-        "help": "constrained decoding of the rollouts (constrain.py); the loss ignores the constraint, which "
-                "degrades the unconstrained model (docs/rl.md)"})
+        "help": "constrained decoding of the rollouts (constrain.py), the loss renormalised over the tokens "
+                "each draw was made among (docs/rl.md)"})
     threads: int = field(default=1, metadata={"help": "torch threads", "range": "> 0"})
     workers: int | None = field(default=None, metadata={"help": "evaluator worker processes; None = physical cores",
                                                         "range": "> 0"})
@@ -152,19 +152,75 @@ def _rollout_line(d) -> dict:
 
 
 def constrain_rollouts(model, tokenizer, rows, workloads, temperature: float):
-    """Every `model.generate` call (trl's rollouts) decodes through a ScriptConstraint. trl has
-    no hook for logits processors, so the model's own `generate` gets one by default. A rollout
-    that hits a dead end keeps its unfinished line: the reward judges what was generated."""
+    """Every `model.generate` call (trl's rollouts) decodes through a recording ScriptConstraint
+    (what each draw was among is the loss's support: `_trainer_class`). trl has no hook for
+    logits processors, so the model's own `generate` gets one by default. A rollout that hits a
+    dead end keeps its unfinished line: the reward judges what was generated."""
     import functools
 
     from transformers import LogitsProcessorList
 
     from dragonlab.learn.constrain import for_rows
 
-    constraint = for_rows(tokenizer, rows, workloads)
-    constraint.temperature = temperature
+    constraint = for_rows(tokenizer, rows, workloads, temperature=temperature, record=True)
     model.generate = functools.partial(model.generate, logits_processor=LogitsProcessorList([constraint]))
     return constraint
+
+
+def _trainer_class(constraint):
+    """trl's GRPOTrainer, or, for constrained rollouts, one whose policy is the constrained
+    sampler's: every log-probability (the policy's, the old one's, the reference's) is taken over
+    the tokens the draw was made among (`ScriptConstraint.candidates`), so a forced token has
+    probability 1 and no gradient, and the KL is between constrained policies. Unrenormalised,
+    the loss moves the unconstrained probabilities of tokens the constraint forced, and degrades
+    the model where it writes unconstrained (docs/rl.md)."""
+    import torch
+    import trl
+
+    if constraint is None:
+        return trl.GRPOTrainer
+
+    class ConstrainedGRPOTrainer(trl.GRPOTrainer):
+        _among = None  # the batch's candidates while its loss is computed
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            output["among"] = self._candidates(output["completion_ids"].shape[1])
+            return output  # trl shuffles and splits it with the batch
+
+        def _compute_loss(self, model, inputs):
+            self._among = inputs["among"]
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self._among = None
+
+        def _candidates(self, length: int):
+            among = constraint.candidates(self.model.get_output_embeddings().weight.shape[0])
+            if among.shape[1] < length:
+                raise RuntimeError(f"constrained rollouts: {among.shape[1]} draws recorded for {length} tokens")
+            return among[:, :length]
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, **kwargs):
+            among = self._among if self._among is not None else self._candidates(logits_to_keep)
+            batch_size = batch_size or input_ids.size(0)
+            logps, entropies = [], []
+            for start in range(0, input_ids.size(0), batch_size):
+                end = start + batch_size
+                with self.accelerator.autocast():
+                    logits = model(input_ids=input_ids[start:end], attention_mask=attention_mask[start:end],
+                                   use_cache=False).logits
+                logits = logits[:, -logits_to_keep - 1:-1].float() / self.temperature
+                allowed = among[start:end].to(logits.device)
+                log_p = torch.log_softmax(logits.masked_fill(~allowed, -torch.inf), -1)
+                targets = input_ids[start:end, -logits_to_keep:]
+                logps.append(log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+                if compute_entropy:
+                    entropies.append(-torch.where(allowed, log_p.exp() * log_p, 0.0).sum(-1))
+            return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+
+    return ConstrainedGRPOTrainer
 
 
 def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike,
@@ -208,7 +264,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
         if config.constrained else None
     try:
         reward_fn = ShapedReward(evaluator, workloads, config.reward, rollouts=out / "rollouts.jsonl")
-        trainer = trl.GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=train_rows,
+        trainer = _trainer_class(constraint)(model=model, reward_funcs=[reward_fn], args=args, train_dataset=train_rows,
                                   processing_class=tokenizer,
                                   callbacks=[log_callback(log_path), *reporting(config.report_to, out)])
         if not progress:

@@ -20,7 +20,7 @@ from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.evaluation.workers import Limits
 from dragonlab.learn import dataset, models
 from dragonlab.learn.attempts import sample_and_evaluate, summary
-from dragonlab.learn.constrain import ScriptConstraint, choose, for_rows
+from dragonlab.learn.constrain import ScriptConstraint, choose, choose_among, for_rows
 from dragonlab.learn.schedule_oracle import Replayer, tile_ok
 from dragonlab.learn.script_follower import ScriptFollower
 from dragonlab.testing import trace_corpus
@@ -309,17 +309,69 @@ def test_sampling_draws_from_the_models_distribution_restricted_to_legal_tokens(
     scores, legal = torch.tensor(probs).log(), {1, 2, 3}
     assert choose(scores, legal.__contains__, greedy=True) == 1
     n = 6000
-    draws = Counter(choose(scores, legal.__contains__, greedy=False) for _ in range(n))
-    assert set(draws) == legal
-    for token in legal:  # p restricted to legal tokens, renormalised (4.6 standard errors of slack)
-        assert abs(draws[token] / n - probs[token] / 0.6) < 0.03, (token, draws)
-    cooler = Counter(choose(scores, legal.__contains__, greedy=False, temperature=0.5) for _ in range(n))
-    assert abs(cooler[1] / n - 0.09 / 0.14) < 0.03, cooler  # p^2 restricted: .09 / (.09 + .04 + .01)
-    # the top-p nucleus of 0.5 is tokens 0 and 1, and 1 is its only legal token
-    assert {choose(scores, legal.__contains__, greedy=False, top_p=0.5) for _ in range(50)} == {1}
+    for draw in (lambda **kw: choose(scores, legal.__contains__, greedy=False, **kw),
+                 lambda **kw: choose_among(scores, legal.__contains__, **kw)[0]):
+        draws = Counter(draw() for _ in range(n))
+        assert set(draws) == legal
+        for token in legal:  # p restricted to legal tokens, renormalised (4.6 standard errors of slack)
+            assert abs(draws[token] / n - probs[token] / 0.6) < 0.03, (token, draws)
+        cooler = Counter(draw(temperature=0.5) for _ in range(n))
+        assert abs(cooler[1] / n - 0.09 / 0.14) < 0.03, cooler  # p^2 restricted: .09 / (.09 + .04 + .01)
+        # the top-p nucleus of 0.5 is tokens 0 and 1, and 1 is its only legal token
+        assert {draw(top_p=0.5) for _ in range(50)} == {1}
     assert choose(scores, {3}.__contains__, greedy=False, top_p=0.5) == 3  # none legal in it: the best of the rest
+    assert choose_among(scores, {3}.__contains__, top_p=0.5) == (3, [3])
+    assert choose_among(scores, legal.__contains__, top_p=0.5)[1] == [1]  # the draw was among 1 alone
     assert choose(scores, lambda token: False, greedy=False) is None
     assert choose(scores, lambda token: False, greedy=True) is None
+    assert choose_among(scores, lambda token: False) == (None, [])
+
+
+def test_a_recorded_draw_is_among_the_legal_tokens_that_hold_all_but_the_leftover():
+    """Recording, tokens are checked most probable first until the checked ones hold all but
+    `leftover`: the improbable tail is never checked, and what the draw was among is reported."""
+    probs = torch.tensor([0.9, 0.0995, 0.0004, 0.0001])
+    checked = []
+
+    def ok(token):
+        checked.append(token)
+        return token != 1
+
+    assert choose_among(probs.log(), ok) == (0, [0]) and checked == [0, 1]  # 0.9995 checked: not 2 and 3
+    checked.clear()
+    assert choose_among(probs.log(), ok, leftover=1e-5)[1] == [0, 2, 3] and checked == [0, 1, 2, 3]
+    checked.clear()  # once one is legal, no more than first_checks tokens are checked
+    assert choose_among(probs.log(), ok, leftover=1e-5, first_checks=2)[1] == [0] and checked == [0, 1]
+
+
+def test_the_constraint_records_what_each_draw_was_made_among(tiny, data):
+    """A recording constraint's `candidates()` is a mask per sequence and generated token: the token
+    written is in it, it holds only tokens the follower allowed, and a sequence that ended allows
+    everything. A constraint that does not record refuses to tell."""
+    model, tokenizer = models.load(tiny[0].model_dir)
+    dsd, workloads = dataset.load(data)
+    rows = dsd["train"].select(range(1)).to_list()
+    torch.manual_seed(0)
+    with for_rows(tokenizer, rows, workloads, record=True) as constraint:
+        ids = tokenizer([rows[0]["prompt"]] * 2, return_tensors="pt")["input_ids"]
+        out = model.generate(ids, do_sample=True, max_new_tokens=48, logits_processor=[constraint],
+                             pad_token_id=tokenizer.pad_token_id)
+        among = constraint.candidates(len(tokenizer))
+        written = out[:, ids.shape[1]:]
+        assert among.shape == (2, written.shape[1], len(tokenizer))
+        assert among.gather(-1, written.unsqueeze(-1)).all()  # every token written was a candidate
+        sizes = among.sum(-1)
+        assert (sizes >= 1).all() and (sizes[sizes < len(tokenizer)] < 20).all()
+        assert (sizes == 1).any()  # the grammar forces some tokens: they will carry no gradient
+        follower = ScriptFollower(workloads[rows[0]["workload"]].mod, constraint.replayer)
+        for step, token in enumerate(written[0].tolist()):  # each candidate was legal where it was offered
+            if token in constraint.eos or sizes[0, step] == len(tokenizer):
+                break
+            for t in among[0, step].nonzero().flatten().tolist():
+                assert t in constraint.eos or follower.allows(constraint.pieces[t])
+            follower.advance(constraint.pieces[token])
+    with pytest.raises(ValueError, match="record=True"):
+        ScriptConstraint(tokenizer, {}).candidates(len(tokenizer))
 
 
 def test_training_modules_import_no_tvm():

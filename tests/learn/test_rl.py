@@ -66,22 +66,54 @@ def test_grpo_from_the_tiny_sft_model_logs_rewards_and_resumes(tiny, data, tmp_p
         assert d["reward"] == pytest.approx(sum(mine) / len(mine), rel=1e-5)  # trl logs a float32 mean
 
 
-def test_grpo_rollouts_can_be_constrained(tiny, data, tmp_path, monkeypatch):
+def test_constrained_grpo_takes_log_probabilities_over_what_each_draw_was_among(tiny, data, tmp_path, monkeypatch):
+    """Constrained rollouts: each rollout is a script that applies, and the loss's log-probabilities
+    are the constrained sampler's (renormalised over the draw's candidates): a forced token has
+    log-probability 0, so no gradient, and no token is less probable than unconstrained."""
+    import torch
+    import trl
+
     from dragonlab.core import codec
     from dragonlab.learn import rl
 
-    made = []
-    real = rl.constrain_rollouts
-    monkeypatch.setattr(rl, "constrain_rollouts", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    made, batches = [], []
+    real_constraint, real_class = rl.constrain_rollouts, rl._trainer_class
+    monkeypatch.setattr(rl, "constrain_rollouts", lambda *a, **k: made.append(real_constraint(*a, **k)) or made[-1])
+
+    def spying(constraint):
+        class Spy(real_class(constraint)):
+            def _generate_and_score_completions(self, inputs):
+                batches.append((self, output := super()._generate_and_score_completions(inputs)))
+                return output
+        return Spy
+
+    monkeypatch.setattr(rl, "_trainer_class", spying)
     config = RLConfig(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=256,
                       save_steps=10, constrained=True)
     with Evaluator("cpu") as evaluator:
         run = train(tiny[0].out, data, tmp_path / "rl", config, progress=False, evaluator=evaluator)
-    assert run.steps == 1 and len(made) == 1
+    assert run.steps == 1 and len(made) == 1 and len(batches) == 1
     constraint = made[0]
     assert constraint.checks > 0 and len(constraint.followers) == 2  # the rollouts went through it
     for follower in constraint.followers:  # what each rollout wrote, complete lines: a script that applies
         codec.apply(follower.script(), follower.mod)
+
+    trainer, batch = batches[0]
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    length, written = batch["completion_ids"].shape[1], batch["completion_mask"].bool()
+    with torch.no_grad():
+        trainer._among = batch["among"]
+        constrained, entropy, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, length,
+                                                                               compute_entropy=True)
+        plain, _, _ = trl.GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, length)
+    forced = (batch["among"].sum(-1) == 1) & written
+    free = (batch["among"].sum(-1) > 1) & written
+    assert forced.sum() > 0 and free.sum() > 0
+    assert (constrained[forced] == 0).all() and (entropy[forced].abs() < 1e-6).all()
+    assert (constrained[free] < 0).all() and (entropy[free] > 0).all()
+    assert (constrained[written] >= plain[written] - 1e-4).all()  # renormalised over fewer tokens
+    assert (plain[forced] < -1e-3).any()  # unrenormalised, the forced tokens would carry a gradient
 
 
 def test_rl_refuses_bad_settings_with_one_clear_error(tiny, data, tmp_path, capsys):
