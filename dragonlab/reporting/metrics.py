@@ -90,11 +90,17 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
     random = {k: _latency(d) for k, d in base.get(f"random best-of-{config.k}", {}).items()}
     systems, best_of_k, versus, versus_random, to_match, curves, times = {}, {}, {}, {}, {}, {}, {}
     top = max(budgets)
+    together = base.get("_together")  # {key: {system: latency}}, timed side by side
+    side = defaultdict(dict)
+    for key, by_system in (together or {}).items():
+        for system, t in by_system.items():
+            side[system][key] = t
     for name, group in attempts.items():
         systems[name] = _system(group, unscheduled, ms, config)
         best = _best_of(group, CONSTRUCTION, config.k)
         best_of_k[name] = best
-        versus[name] = _versus(best, ms, held)
+        versus[name] = _versus(side[name], {n: side[f"metaschedule@{n}"] for n in budgets}, held) if together \
+            else _versus(best, ms, held)
         if random:
             versus_random[name] = _ratio(best, random, held)
         to_match[name] = _to_match(best, search)
@@ -114,7 +120,8 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
             per_workload={k: WorkloadKernel(_latency(by_key.get(k, {})),
                                             (by_key.get(k) or {}).get("evaluation", {}).get("stage")) for k in held})
         if system.startswith("random"):
-            versus[system] = baselines[system].vs_metaschedule
+            versus[system] = _versus(side[system], {n: side[f"metaschedule@{n}"] for n in budgets}, held) \
+                if together else baselines[system].vs_metaschedule
     seeded, names = None, [s for s in base if "seeded" in s and not s.startswith("_")]
     if names:
         seeded = SeededSearch(names[0], config.seeded_trials,
@@ -124,7 +131,8 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
                   trials_to_match=to_match,
                   turns={name: _turn_curve(rows, unscheduled, config.turns) for name, rows in turns.items()},
                   best_of_k_curve=curves, rl_vs_sft=rl_vs_sft, audit=_audit(attempts, base), seeded_search=seeded,
-                  search_seconds={k: v.get("seconds") for k, v in search.items()}, time_to_match=times)
+                  search_seconds={k: v.get("seconds") for k, v in search.items()}, time_to_match=times,
+                  timed_side_by_side=together is not None)
 
 
 def _latency(d: dict) -> float | None:

@@ -97,7 +97,9 @@ def sections(report: Report) -> list[tuple[str, str]]:
             r = by_budget.get(b)
             cells.append(f"{fmt(r.geomean_latency_ratio if r else None, 'x')} ({r.workloads if r else 0} wl)")
         rows.append([html.escape(n)] + cells)
-    out.append((f"Model best-of-{cfg.k} vs MetaSchedule at N trials (geomean latency ratio; < 1: faster than search)",
+    timed = "; kernels timed again side by side" if report.timed_side_by_side else ""
+    out.append((f"Model best-of-{cfg.k} vs MetaSchedule at N trials (geomean latency ratio; < 1: faster than "
+                f"search{timed})",
                 table(["system"] + [f"N = {b}" for b in budgets], rows)))
 
     rows = [[html.escape(n), str(p.k)] + [fmt(p.vs_metaschedule[b].geomean_latency_ratio, "x")

@@ -257,6 +257,8 @@ class Report:
     best_of_k_vs_random: dict[str, Ratio] = field(default_factory=dict)
     # system -> wall time to a kernel within 10% of MetaSchedule at the largest budget, against search's
     time_to_match: dict[str, TimeToMatch] = field(default_factory=dict)
+    # best_of_k_vs_metaschedule from kernels timed again side by side (report.py), not as first judged
+    timed_side_by_side: bool = False
 
     def to_json(self) -> dict:
         """report.json's content (JSON types only)."""

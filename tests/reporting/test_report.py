@@ -15,6 +15,7 @@ from dragonlab.testing.chat_server import MODEL, serving
 from dragonlab.testing.notebooks import PLOTLY, WIDGET, run_notebook
 
 from dragonlab.cli import main
+from dragonlab.core.jsonl import read_lines
 from dragonlab.evaluation.evaluate import Evaluation
 from dragonlab.learn.attempts import Attempt, read_attempts
 from dragonlab.reporting.compare import Comparison, ModelComparison, compare_models
@@ -82,7 +83,7 @@ def _baseline(system, latencies):
             for k, t in latencies.items()}
 
 
-def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0) -> Report:
+def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0, together: dict | None = None) -> Report:
     attempts = {"m": [replace(a, seconds=seconds) for a in (
         _attempt("test", 0, 0, "construction", "a", 4.0), _attempt("test", 0, 1, "construction", "a", 2.0),
         _attempt("test", 1, 0, "construction", "b", None), _attempt("test", 1, 1, "construction", "b", 1.0),
@@ -95,6 +96,8 @@ def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0) -> Report:
             "_search": {"a": {"seconds": 40.0, "latencies": [6.0, 3.0, 2.0, 1.0]},
                         "b": {"seconds": None, "latencies": [None, 4.0, 2.0, 0.5]}},  # a stored search
             "_seeded": {"b": {"seconds": 12.0, "trials": 3}}}
+    if together is not None:
+        base["_together"] = together
     config = ReportConfig(k=2, budgets=(2, 4), p=(1.0, 2.0))
     turns = {"m": [{"split": "test", "index": 0, "turn": t, "workload": "a", "task": task, "latency": latency}
                    for t, task, latency in ((0, "construction", 4.0), (1, "refinement", 2.0))]}
@@ -140,6 +143,22 @@ def test_metrics_on_hand_made_numbers():
     assert random.interval == (pytest.approx(0.25), pytest.approx(0.5))
 
 
+def test_best_of_k_against_search_takes_the_kernels_timed_side_by_side():
+    """Where the report timed each workload's kernels again side by side, best-of-k against
+    MetaSchedule (and random's) is their ratio, not that of the latencies first judged."""
+    together = {"a": {"m": 3.0, "metaschedule@2": 3.0, "metaschedule@4": 1.5, "random best-of-2": 6.0},
+                "b": {"m": 1.0, "metaschedule@4": 4.0, "random best-of-2": 2.0}}
+    r = _hand_made_report(together=together)
+    vs = r.best_of_k_vs_metaschedule
+    assert vs["m"][4].geomean_latency_ratio == pytest.approx(math.sqrt(2.0 * 0.25))  # 3/1.5 and 1/4
+    assert (vs["m"][2].geomean_latency_ratio, vs["m"][2].workloads, vs["m"][2].no_search_kernel) == (1.0, 1, 1)
+    assert vs["random best-of-2"][4].geomean_latency_ratio == pytest.approx(math.sqrt(4.0 * 0.5))
+    assert r.timed_side_by_side and not _hand_made_report().timed_side_by_side
+    # a kernel correct when judged but not when timed again counts as no correct kernel
+    together["b"]["m"] = None
+    assert _hand_made_report(together=together).best_of_k_vs_metaschedule["m"][4].no_correct_kernel == 1
+
+
 def test_the_bootstrap_interval_of_a_geomean_is_seeded_and_narrows_with_workloads():
     from dragonlab.reporting.metrics import geomean_interval
 
@@ -164,7 +183,7 @@ def test_the_report_round_trips_through_json_in_report_json_s_shape(tmp_path):
     assert list(d) == ["config", "paper", "held_out_workloads", "systems", "baselines", "best_of_k",
                        "best_of_k_vs_metaschedule", "trials_to_match", "turns", "best_of_k_curve", "rl_vs_sft",
                        "audit", "search_seconds", "workload_names", "run", "target", "models", "llm", "sources",
-                       "best_of_k_vs_random", "time_to_match"]
+                       "best_of_k_vs_random", "time_to_match", "timed_side_by_side"]
     m = d["systems"]["m"]
     assert list(m) == ["summary", "construction", "refinement", "all"] and "speedup_vs_input" not in m["construction"]
     assert m["construction"]["pass@k"] == {"1": 0.75, "2": 1.0} and "geomean correct" in m["all"]["speedup_vs_unscheduled"]
@@ -330,6 +349,11 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         for budget in (2, 4):  # model best-of-k vs MetaSchedule at N: filled for the LLM's correct kernels
             assert report.best_of_k_vs_metaschedule[llm_name][budget].workloads == 2
             assert report.best_of_k_vs_metaschedule[llm_name][budget].geomean_latency_ratio > 0
+        # ... from their kernels timed again side by side, three rounds each
+        assert report.timed_side_by_side
+        together = list(read_lines(run_dir / "report" / "together.jsonl"))
+        assert len(together) == 2 and all(len(d["latencies"][llm_name]) == 3 and
+                                          len(d["latencies"]["metaschedule@4"]) == 3 for d in together)
         assert [r.task for r in report.rl_vs_sft.rows] == ["construction", "refinement", "all"]
         assert report.audit.round_trip_failures == () and report.audit.decoded > 0
         assert set(report.turns) == {"sft", "rl"} and report.seeded_search.trials == 2
