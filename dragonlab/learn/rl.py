@@ -173,7 +173,9 @@ def _trainer_class(constraint):
     the tokens the draw was made among (`ScriptConstraint.candidates`), so a forced token has
     probability 1 and no gradient, and the KL is between constrained policies. Unrenormalised,
     the loss moves the unconstrained probabilities of tokens the constraint forced, and degrades
-    the model where it writes unconstrained (docs/rl.md)."""
+    the model where it writes unconstrained (docs/rl.md). The candidates travel with the batch as
+    a bool per vocabulary entry and token (16 x 640 x 958, 10 MB, for the scratch models; a
+    150k-token vocabulary would make it 1.5 GB a step)."""
     import torch
     import trl
 
@@ -227,7 +229,6 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
           config: RLConfig = RLConfig(), *, progress: bool = True, evaluator=None) -> RLRun:
     """GRPO from the model of an SFT run (`sft_dir/model`, or any model directory) on the train split."""
     import torch
-    import trl
     from transformers.trainer_callback import PrinterCallback
 
     from dragonlab.core.progress import shown
@@ -264,9 +265,9 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
         if config.constrained else None
     try:
         reward_fn = ShapedReward(evaluator, workloads, config.reward, rollouts=out / "rollouts.jsonl")
-        trainer = _trainer_class(constraint)(model=model, reward_funcs=[reward_fn], args=args, train_dataset=train_rows,
-                                  processing_class=tokenizer,
-                                  callbacks=[log_callback(log_path), *reporting(config.report_to, out)])
+        trainer = _trainer_class(constraint)(model=model, reward_funcs=[reward_fn], args=args,
+                                             train_dataset=train_rows, processing_class=tokenizer,
+                                             callbacks=[log_callback(log_path), *reporting(config.report_to, out)])
         if not progress:
             trainer.remove_callback(PrinterCallback)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
