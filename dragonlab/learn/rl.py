@@ -56,6 +56,8 @@ class RLConfig:
     logging_steps: int = field(default=1, metadata={"help": "log the reward's components every this many steps",
                                                     "range": "> 0"})
     seed: int = field(default=0, metadata={"help": "seeds shuffling and sampling", "range": ">= 0"})
+    tasks: tuple[str, ...] = field(default=("construction", "refinement"), metadata={
+        "help": "the tasks whose train prompts RL samples", "choices": ("construction", "refinement")})
     constrained: bool = field(default=False, metadata={
         "help": "constrained decoding of the rollouts (constrain.py), the loss renormalised over the tokens "
                 "each draw was made among (docs/rl.md)"})
@@ -251,6 +253,10 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
         return RLRun(out, out / "model", max((d.get("step", 0) for d in log), default=0), None, log)
 
     train_rows = dsd["train"].select_columns(["prompt", "workload", "task", "input_script"])
+    if set(config.tasks) != {"construction", "refinement"}:
+        train_rows = train_rows.filter(lambda row: row["task"] in config.tasks)
+    if len(train_rows) == 0:
+        raise InputError(f"{data}: the train split has no prompts of the tasks {list(config.tasks)}")
     target = dataset.target_of(dsd, ["train"])
     log_path = out / "log.jsonl"
     checkpoints = out / "checkpoints"

@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from dragonlab.cli import main
+from dragonlab.core.errors import InputError
 from dragonlab.evaluation.evaluate import OK, Evaluation, Evaluator
 from dragonlab.evaluation.reward import RewardConfig, reward
 from dragonlab.learn import dataset
@@ -89,10 +90,12 @@ def test_constrained_grpo_takes_log_probabilities_over_what_each_draw_was_among(
 
     monkeypatch.setattr(rl, "_trainer_class", spying)
     config = RLConfig(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=256,
-                      save_steps=10, constrained=True)
+                      save_steps=10, constrained=True, tasks=("construction",))
     with Evaluator("cpu") as evaluator:
         run = train(tiny[0].out, data, tmp_path / "rl", config, progress=False, evaluator=evaluator)
     assert run.steps == 1 and len(made) == 1 and len(batches) == 1
+    # only the tasks asked for
+    assert {d["task"] for d in read_rollouts(tmp_path / "rl" / "rollouts.jsonl")} == {"construction"}
     constraint = made[0]
     assert constraint.checks > 0 and len(constraint.followers) == 2  # the rollouts went through it
     for follower in constraint.followers:  # what each rollout wrote, complete lines: a script that applies
@@ -120,6 +123,12 @@ def test_rl_refuses_bad_settings_with_one_clear_error(tiny, data, tmp_path, caps
     assert main(["rl", "--from", str(tiny[0].out), "--data", str(data), "--out", str(tmp_path / "o"),
                  "--num-generations", "1"]) == 2
     assert "num_generations must be at least 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:
+        main(["rl", "--from", str(tiny[0].out), "--data", str(data), "--out", str(tmp_path / "o"),
+              "--tasks", "construction", "tuning"])
+    assert exit.value.code == 2 and "--tasks: invalid choice: 'tuning'" in capsys.readouterr().err
+    with pytest.raises(InputError, match="RLConfig.tasks must be a non-empty tuple, each one of construction, ref"):
+        RLConfig(tasks=("tuning",))  # as a campaign's [rl] could write it
     # the reward's flags reach RewardConfig, which refuses a correct kernel worth less than a wrong one
     assert main(["rl", "--from", str(tiny[0].out), "--data", str(data), "--out", str(tmp_path / "o"),
                  "--bonus-weight", "0.9", "--repaired-penalty", "0.5"]) == 2
