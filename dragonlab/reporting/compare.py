@@ -55,6 +55,8 @@ class Comparison:
     threshold: float  # relative latency change that counts as a difference
     p_value: float  # two-sided sign test over wins and losses
     untimed: int = 0  # both correct, but a kernel failed when timed again: neither win, loss nor tie
+    ratio: float | None = None  # geomean of B / A over the kernels timed side by side (< 1: B faster)
+    interval: tuple[float, float] | None = None  # its bootstrap 95% interval, prompts resampled
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ class ModelComparison:
 
     @classmethod
     def from_json(cls, d: dict) -> "ModelComparison":
-        return cls(d["threshold"], d["retimed"], tuple(Comparison(**r) for r in d["rows"]),
+        rows = (Comparison(**{**r, "interval": tuple(r["interval"]) if r.get("interval") else None}) for r in d["rows"])
+        return cls(d["threshold"], d["retimed"], tuple(rows),
                    tuple(PairTiming(**t) for t in d.get("timings", ())))
 
     def text(self, a: str = "A", b: str = "B") -> str:
@@ -135,11 +138,15 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
             reward_config: RewardConfig = RewardConfig()) -> list[Comparison]:
     """Per task and overall, B against A; attempts are paired by (split, index), latencies
     compared by `timings` (`time_pairs`), beyond `threshold`."""
+    from dragonlab.reporting.metrics import geomean, geomean_interval  # metrics reads ModelComparison
+
     pairs = _pairs(a, b)
     change = {(t.split, t.index): t.change for t in timings}
     out = []
     for task in sorted({x.task for x, _ in pairs}) + ["all"]:
         group = [(x, y) for x, y in pairs if task in ("all", x.task)]
+        ratios = [math.exp(c) for x, y in group if x.evaluation.latency and y.evaluation.latency
+                  and (c := change.get((x.split, x.index))) is not None]
         wins = losses = ties = only_a = only_b = both = untimed = 0
         for x, y in group:
             lx, ly = x.evaluation.latency, y.evaluation.latency
@@ -163,7 +170,8 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
             task, n, sum(x.evaluation.correct for x, _ in group) / n, sum(y.evaluation.correct for _, y in group) / n,
             sum(reward(x.evaluation, reward_config) for x, _ in group) / n,
             sum(reward(y.evaluation, reward_config) for _, y in group) / n,
-            both, wins, losses, ties, only_a, only_b, threshold, sign_test(wins, losses), untimed))
+            both, wins, losses, ties, only_a, only_b, threshold, sign_test(wins, losses), untimed,
+            geomean(ratios), geomean_interval(ratios)))
     return out
 
 
@@ -185,6 +193,13 @@ def format_comparison(rows: list[Comparison], a: str = "A", b: str = "B") -> str
     for r in rows:
         lines.append(f"{r.task:<13}{r.prompts:>8}{r.correct_a:>12.1%}{r.correct_b:>12.1%}{r.mean_reward_a:>11.3f}"
                      f"{r.mean_reward_b:>11.3f}  faster {r.wins}/{r.both_correct}, slower {r.losses}, "
-                     f"ties {r.ties}; sign test p = {r.p_value:.3g}; only {a} correct {r.only_a}, "
+                     f"ties {r.ties}; sign test p = {r.p_value:.3g}{_geomean_text(r, a, b)}; "
+                     f"only {a} correct {r.only_a}, "
                      f"only {b} correct {r.only_b}" + (f"; {r.untimed} failed when timed again" if r.untimed else ""))
     return "\n".join(lines)
+
+
+def _geomean_text(r: Comparison, a: str, b: str) -> str:
+    if r.ratio is None:
+        return ""
+    return f"; geomean {b}/{a} {r.ratio:.3f}" + (f" ({r.interval[0]:.3f}-{r.interval[1]:.3f})" if r.interval else "")

@@ -14,7 +14,7 @@ from dragonlab.learn import dataset
 from dragonlab.learn.attempts import Attempt
 from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.rl import RLConfig, ShapedReward, read_rollouts, train
-from dragonlab.reporting.compare import PairTiming, compare, sign_test
+from dragonlab.reporting.compare import ModelComparison, PairTiming, compare, sign_test
 
 
 def test_shaped_reward_judges_each_script_and_logs_the_components(data):
@@ -151,6 +151,10 @@ def test_compare_counts_wins_beyond_the_threshold_with_a_sign_test():
     (row, total) = compare(a, b, timings, threshold=0.05)
     assert (row.wins, row.losses, row.ties, row.only_a, row.only_b, row.both_correct) == (1, 1, 1, 1, 1, 4)
     assert row.untimed == 1
+    # the geomean of B / A over the kernels timed side by side, with its bootstrap interval
+    assert row.ratio == pytest.approx((0.5 * 0.97 * 2.0) ** (1 / 3)) and row.interval[0] <= row.ratio <= row.interval[1]
+    assert ModelComparison.from_json(ModelComparison(0.05, 3, (row, total)).to_json()).rows == (row, total)
+    assert "geomean B/A 0.990 (" in ModelComparison(0.05, 3, (row, total)).text()
     assert row.correct_a == row.correct_b == 5 / 6 and total.task == "all"
     assert sign_test(0, 0) == 1.0 and sign_test(1, 1) == 1.0
     assert sign_test(9, 1) == pytest.approx(22 / 1024)  # 2 * (C(10,9) + C(10,10)) / 2^10
