@@ -213,10 +213,7 @@ def choose(scores, ok, *, greedy: bool, temperature: float = 1.0, top_p: float =
 
     refused: set[int] = set()
     if not greedy:
-        probs = torch.softmax(scores.double() / max(temperature, 1e-6), -1)
-        if top_p < 1.0:  # the nucleus, as transformers' TopPLogitsWarper keeps it
-            order = torch.argsort(probs, descending=True)
-            probs[order[(torch.cumsum(probs[order], 0) - probs[order]) >= top_p]] = 0.0
+        probs = _probabilities(scores, temperature, top_p)
         while len(refused) < first_checks and probs.sum() > 0:
             token = int(torch.multinomial(probs, 1))
             if ok(token):
@@ -241,10 +238,7 @@ def choose_among(scores, ok, *, temperature: float = 1.0, top_p: float = 1.0, fi
     import torch
 
     order = torch.argsort(scores, descending=True).tolist()
-    probs = torch.softmax(scores.double() / max(temperature, 1e-6), -1)
-    if top_p < 1.0:  # the nucleus, as transformers' TopPLogitsWarper keeps it
-        ranked = torch.tensor(order)
-        probs[ranked[(torch.cumsum(probs[ranked], 0) - probs[ranked]) >= top_p]] = 0.0
+    probs = _probabilities(scores, temperature, top_p)
     accepted: list[int] = []
     checked_mass = 0.0
     for i, token in enumerate(order):
@@ -259,6 +253,18 @@ def choose_among(scores, ok, *, temperature: float = 1.0, top_p: float = 1.0, fi
     if weights.sum() == 0:
         return accepted[0], accepted[:1]
     return accepted[int(torch.multinomial(weights, 1))], [t for t, w in zip(accepted, weights.tolist()) if w > 0]
+
+
+def _probabilities(scores, temperature: float, top_p: float):
+    """The sampling distribution: softmax at `temperature`, zero outside the top-p nucleus (as
+    transformers' TopPLogitsWarper keeps it)."""
+    import torch
+
+    probs = torch.softmax(scores.double() / max(temperature, 1e-6), -1)
+    if top_p < 1.0:
+        order = torch.argsort(probs, descending=True)
+        probs[order[(torch.cumsum(probs[order], 0) - probs[order]) >= top_p]] = 0.0
+    return probs
 
 
 def for_rows(tokenizer, rows, workloads: Mapping, **options) -> ScriptConstraint:
