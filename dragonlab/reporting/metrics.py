@@ -169,17 +169,22 @@ def _system(group: list[Attempt], unscheduled: dict, ms: dict, config: ReportCon
     return SystemMetrics(summary=tuple(from_json(SummaryRow, row) for row in summary(group)), **tasks)
 
 
-def _best_of(group: list[Attempt], task: str, k: int) -> dict[str, float | None]:
-    """Per workload: the fastest correct kernel among the first k attempts at its prompts of `task`."""
-    best: dict[str, float | None] = {}
+def best_attempts(group: list[Attempt], task: str, k: int) -> dict[str, Attempt | None]:
+    """Per workload: the attempt with the fastest correct kernel among the first k at its prompts
+    of `task` (None: none is correct)."""
+    best: dict[str, Attempt | None] = {}
     for a in group:
         if a.task != task or a.sample >= k:
             continue
-        t = a.evaluation.latency
-        best.setdefault(a.workload, None)
-        if t and (best[a.workload] is None or t < best[a.workload]):
-            best[a.workload] = t
+        t, b = a.evaluation.latency, best.setdefault(a.workload, None)
+        if t and (b is None or t < b.evaluation.latency):
+            best[a.workload] = a
     return best
+
+
+def _best_of(group: list[Attempt], task: str, k: int) -> dict[str, float | None]:
+    """Per workload: the latency of the fastest correct kernel among the first k attempts."""
+    return {key: a.evaluation.latency if a else None for key, a in best_attempts(group, task, k).items()}
 
 
 def _ratio(lat: dict, ref: dict, held: list[str]) -> Ratio:

@@ -64,7 +64,7 @@ from dragonlab.learn.attempts import Attempt, ModelWriter, per_workload, write_a
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, refinement_from
 from dragonlab.reporting.compare import ModelComparison, compare_models
 from dragonlab.reporting.config import ReportConfig
-from dragonlab.reporting.metrics import metrics
+from dragonlab.reporting.metrics import best_attempts, metrics
 from dragonlab.reporting.results import LLMSystem, Report
 
 __all__ = ["ReportConfig", "Report", "run_report", "read_report", "held_out_rows", "llm_system", "model_systems"]
@@ -308,27 +308,23 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
                   path: Path, progress: bool, chunk: int = 8) -> dict[str, dict[str, float | None]]:
     """{workload key: {system: latency}}: per workload, each system's best-of-k construction
     kernel (the fastest correct one as judged), random best-of-k's and MetaSchedule's kernel at
-    every budget, timed
-    again side by side (`Evaluator.time_together`, 3 rounds; a latency is the median over
-    rounds). Their ratios are the report's "best-of-k vs MetaSchedule": latencies judged minutes
-    apart differed up to 5x on a 2-core VM, a slow state of the machine that timing in turn
-    cancels. Appended to `path` a few workloads at a time; a rerun times only what is missing."""
+    every budget, timed again side by side (`Evaluator.time_together`, 3 rounds; a latency is
+    the median over rounds). Their ratios are the report's "best-of-k vs MetaSchedule":
+    latencies judged minutes apart differed up to 5x on a 2-core VM, a slow state of the machine
+    that timing in turn cancels. Appended to `path` a few workloads at a time; a rerun times only
+    the workloads missing, or missing a system (an LLM that joined the report): the last line
+    of a workload is its timing."""
     done = dict(read_lines(path, lambda d: (d["workload"], d["latencies"]))) if path.exists() else {}
     scripts: dict[str, dict[str, str]] = defaultdict(dict)  # workload -> system -> script
     for name, group in attempts.items():
-        best: dict[str, Attempt] = {}
-        for a in group:
-            t = a.evaluation.latency
-            if a.task == CONSTRUCTION and a.sample < config.k and t and \
-                    (a.workload not in best or t < best[a.workload].evaluation.latency):
-                best[a.workload] = a
-        for key, a in best.items():
-            scripts[key][name] = a.script
+        for key, a in best_attempts(group, CONSTRUCTION, config.k).items():
+            if a is not None:
+                scripts[key][name] = a.script
     for system in (*(f"metaschedule@{n}" for n in config.budgets), f"random best-of-{config.k}"):
         for key, d in base.get(system, {}).items():
             if (d.get("evaluation") or {}).get("latencies"):
                 scripts[key][system] = d["script"]
-    todo = [w for w in held if w.key not in done and scripts.get(w.key)]
+    todo = [w for w in held if scripts.get(w.key) and not scripts[w.key].keys() <= done.get(w.key, {}).keys()]
     with progress_bar(total=len(todo), desc="side by side", unit="workload", progress=progress) as bar:
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]

@@ -159,6 +159,42 @@ def test_best_of_k_against_search_takes_the_kernels_timed_side_by_side():
     assert _hand_made_report(together=together).best_of_k_vs_metaschedule["m"][4].no_correct_kernel == 1
 
 
+def test_side_by_side_timing_resumes_and_times_a_workload_again_for_a_system_that_joined(tmp_path):
+    """The report's side-by-side timing: one group per workload (each script once), a line per
+    workload in together.jsonl; a rerun times nothing again, unless a system (an LLM) joined."""
+    from dragonlab.reporting.report import _side_by_side
+
+    class Timer:
+        def __init__(self):
+            self.groups = []
+
+        def time_together(self, groups, progress=False):
+            self.groups.append([(w.key, list(scripts)) for w, scripts in groups])
+            return [[(len(script),) * 3 for script in scripts] for _, scripts in groups]
+
+    class W:
+        def __init__(self, key):
+            self.key = key
+
+    def attempt(workload, script, latency):
+        return replace(_attempt("test", 0, 0, "construction", workload, latency), script=script)
+
+    held = [W("a"), W("b")]
+    base = {"metaschedule@2": {"a": {"script": "ms a", "evaluation": {"latencies": [1.0]}},
+                               "b": {"script": "ms bb", "evaluation": {"latencies": None}}}}
+    config = ReportConfig(k=2, budgets=(2,))
+    attempts = {"m": [attempt("a", "slow", 4.0), attempt("a", "ms a", 2.0), attempt("b", "m b", 1.0)]}
+    timer, path = Timer(), tmp_path / "together.jsonl"
+    got = _side_by_side(timer, held, attempts, base, config, path, progress=False)
+    assert timer.groups == [[("a", ["ms a"]), ("b", ["m b"])]]  # the best of m on a is MetaSchedule's kernel
+    assert got == {"a": {"m": 4.0, "metaschedule@2": 4.0}, "b": {"m": 3.0}}
+    assert _side_by_side(timer, held, attempts, base, config, path, progress=False) == got
+    assert len(timer.groups) == 1  # nothing timed again
+    attempts["llm-x"] = [attempt("b", "llm's b", 2.0)]
+    got = _side_by_side(timer, held, attempts, base, config, path, progress=False)
+    assert timer.groups[1] == [("b", ["m b", "llm's b"])] and got["b"] == {"m": 3.0, "llm-x": 7.0}
+
+
 def test_the_bootstrap_interval_of_a_geomean_is_seeded_and_narrows_with_workloads():
     from dragonlab.reporting.metrics import geomean_interval
 
