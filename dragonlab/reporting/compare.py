@@ -14,8 +14,10 @@ The protocol (the paper's "RL kernels faster than SFT's on 88 of 102 tasks"):
    any difference between two models invisible; paired in time, that state slows both alike.
 4. B *wins* when its kernel is faster than A's by more than the threshold, *loses* when slower by
    more, else it is a tie. A two-sided sign test over wins and losses (ties left out) gives the
-   p-value. Per-attempt correctness and mean shaped reward of both models are reported beside it;
-   prompts where only one model's kernel is correct are counted separately.
+   p-value. Beside it: the geometric mean of B / A over the kernels timed side by side, with a
+   bootstrap 95% interval (`geomean_interval`, which the report's other geomeans use too),
+   per-attempt correctness and mean shaped reward of both models, and the prompts where only
+   one model's kernel is correct.
 
 `compare_models` is the whole protocol after sampling (the report's RL vs SFT, `dragonlab compare`,
 notebook 05):
@@ -94,6 +96,25 @@ class ModelComparison:
                 f"{b}'s on {self.retimed} prompts\n{format_comparison(list(self.rows), a, b)}")
 
 
+def geomean(xs) -> float | None:
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def geomean_interval(ratios: list[float], *, level: float = 0.95, draws: int = 2000,
+                     seed: int = 0) -> tuple[float, float] | None:
+    """A bootstrap interval of the geometric mean of `ratios` (percentile method: the workloads
+    resampled with replacement `draws` times, seeded); None for fewer than two."""
+    import numpy as np
+
+    if len(ratios) < 2:
+        return None
+    logs = np.log(np.asarray(ratios, dtype=float))
+    means = logs[np.random.default_rng(seed).integers(0, len(logs), (draws, len(logs)))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return math.exp(low), math.exp(high)
+
+
 def sign_test(wins: int, losses: int) -> float:
     """Two-sided exact binomial test of wins vs losses at p = 1/2."""
     n = wins + losses
@@ -138,8 +159,6 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
             reward_config: RewardConfig = RewardConfig()) -> list[Comparison]:
     """Per task and overall, B against A; attempts are paired by (split, index), latencies
     compared by `timings` (`time_pairs`), beyond `threshold`."""
-    from dragonlab.reporting.metrics import geomean, geomean_interval  # metrics reads ModelComparison
-
     pairs = _pairs(a, b)
     change = {(t.split, t.index): t.change for t in timings}
     out = []

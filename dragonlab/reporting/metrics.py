@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from dragonlab.learn.attempts import Attempt, summary
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
-from dragonlab.reporting.compare import ModelComparison
+from dragonlab.reporting.compare import ModelComparison, geomean, geomean_interval
 from dragonlab.reporting.config import ReportConfig
 from dragonlab.reporting.results import (PAPER, Audit, BaselineMetrics, BestOfKCurve, BestOfKPoint, Match,
                                          MatchTime, Ratio, Report, SeededSearch, Stats, SummaryRow, SystemMetrics,
@@ -28,25 +28,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def geomean(xs) -> float | None:
-    xs = [x for x in xs if x]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
-def geomean_interval(ratios: list[float], *, level: float = 0.95, draws: int = 2000,
-                     seed: int = 0) -> tuple[float, float] | None:
-    """A bootstrap interval of the geometric mean of `ratios` (percentile method: the workloads
-    resampled with replacement `draws` times, seeded); None for fewer than two."""
-    import numpy as np
-
-    if len(ratios) < 2:
-        return None
-    logs = np.log(np.asarray(ratios, dtype=float))
-    means = logs[np.random.default_rng(seed).integers(0, len(logs), (draws, len(logs)))].mean(axis=1)
-    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return math.exp(low), math.exp(high)
 
 
 def stats(speedups: list[float | None]) -> Stats:

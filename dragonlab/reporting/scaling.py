@@ -30,7 +30,7 @@ from pathlib import Path
 from dragonlab.core.errors import InputError
 from dragonlab.learn.attempts import read_attempts, summary
 from dragonlab.learn.prompts import CONSTRUCTION, TASKS
-from dragonlab.reporting.metrics import geomean, geomean_interval
+from dragonlab.reporting.compare import geomean, geomean_interval
 
 
 @dataclass(frozen=True)

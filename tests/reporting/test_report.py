@@ -196,7 +196,7 @@ def test_side_by_side_timing_resumes_and_times_a_workload_again_for_a_system_tha
 
 
 def test_the_bootstrap_interval_of_a_geomean_is_seeded_and_narrows_with_workloads():
-    from dragonlab.reporting.metrics import geomean_interval
+    from dragonlab.reporting.compare import geomean_interval
 
     assert geomean_interval([0.5]) is None
     few = geomean_interval([0.5, 0.8, 1.1, 0.7])
