@@ -253,8 +253,8 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
         return RLRun(out, out / "model", max((d.get("step", 0) for d in log), default=0), None, log)
 
     train_rows = dsd["train"].select_columns(["prompt", "workload", "task", "input_script"])
-    if set(config.tasks) != {"construction", "refinement"}:
-        train_rows = train_rows.filter(lambda row: row["task"] in config.tasks)
+    # in memory: a filter's cache file would land in the dataset's own directory
+    train_rows = train_rows.filter(lambda row: row["task"] in config.tasks, keep_in_memory=True)
     if len(train_rows) == 0:
         raise InputError(f"{data}: the train split has no prompts of the tasks {list(config.tasks)}")
     target = dataset.target_of(dsd, ["train"])

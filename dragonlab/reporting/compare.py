@@ -164,8 +164,7 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
     out = []
     for task in sorted({x.task for x, _ in pairs}) + ["all"]:
         group = [(x, y) for x, y in pairs if task in ("all", x.task)]
-        ratios = [math.exp(c) for x, y in group if x.evaluation.latency and y.evaluation.latency
-                  and (c := change.get((x.split, x.index))) is not None]
+        ratios = []  # B / A of the kernels timed side by side
         wins = losses = ties = only_a = only_b = both = untimed = 0
         for x, y in group:
             lx, ly = x.evaluation.latency, y.evaluation.latency
@@ -174,7 +173,9 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
                 c = change.get((x.split, x.index))
                 if c is None:
                     untimed += 1
-                elif c < -math.log1p(threshold):
+                    continue
+                ratios.append(math.exp(c))
+                if c < -math.log1p(threshold):
                     wins += 1
                 elif c > math.log1p(threshold):
                     losses += 1

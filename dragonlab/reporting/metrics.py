@@ -68,22 +68,30 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
     budgets = sorted(config.budgets)
     ms = {n: {k: _latency(d) for k, d in base.get(f"metaschedule@{n}", {}).items()} for n in budgets}
     search = base.get("_search", {})
-    random = {k: _latency(d) for k, d in base.get(f"random best-of-{config.k}", {}).items()}
+    random_name = f"random best-of-{config.k}"
+    random = {k: _latency(d) for k, d in base.get(random_name, {}).items()}
     systems, best_of_k, versus, versus_random, to_match, curves, times = {}, {}, {}, {}, {}, {}, {}
     top = max(budgets)
-    together = base.get("_together")  # {key: {system: latency}}, timed side by side
-    side = defaultdict(dict)
-    for key, by_system in (together or {}).items():
-        for system, t in by_system.items():
-            side[system][key] = t
+    # system -> workload -> the latency that best-of-k's ratios (vs search, vs random) compare: the
+    # kernels timed again side by side where the report did ("_together"), else as judged
+    together = base.get("_together")
+    compared: dict[str, dict] = defaultdict(dict)
+    if together:
+        for key, by_system in together.items():
+            for system, t in by_system.items():
+                compared[system][key] = t
+    else:
+        compared |= {f"metaschedule@{n}": ms[n] for n in budgets} | {random_name: random}
+    searched = {n: compared[f"metaschedule@{n}"] for n in budgets}
     for name, group in attempts.items():
         systems[name] = _system(group, unscheduled, ms, config)
         best = _best_of(group, CONSTRUCTION, config.k)
         best_of_k[name] = best
-        versus[name] = _versus(side[name], {n: side[f"metaschedule@{n}"] for n in budgets}, held) if together \
-            else _versus(best, ms, held)
+        if not together:
+            compared[name] = best
+        versus[name] = _versus(compared[name], searched, held)
         if random:
-            versus_random[name] = _ratio(best, random, held)
+            versus_random[name] = _ratio(compared[name], compared[random_name], held)
         to_match[name] = _to_match(best, search)
         curves[name] = _curve(group, unscheduled, config.construction_attempts, ms, held)
         times[name] = _time_to_match(group, f"metaschedule@{top}", ms[top], search, base.get("_seeded", {}))
@@ -100,9 +108,8 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
             vs_metaschedule={n: _ratio({k: _latency(by_key.get(k, {})) for k in held}, ms[n], held) for n in budgets},
             per_workload={k: WorkloadKernel(_latency(by_key.get(k, {})),
                                             (by_key.get(k) or {}).get("evaluation", {}).get("stage")) for k in held})
-        if system.startswith("random"):
-            versus[system] = _versus(side[system], {n: side[f"metaschedule@{n}"] for n in budgets}, held) \
-                if together else baselines[system].vs_metaschedule
+        if system == random_name:
+            versus[system] = _versus(compared[system], searched, held)
     seeded, names = None, [s for s in base if "seeded" in s and not s.startswith("_")]
     if names:
         seeded = SeededSearch(names[0], config.seeded_trials,

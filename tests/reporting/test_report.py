@@ -153,6 +153,8 @@ def test_best_of_k_against_search_takes_the_kernels_timed_side_by_side():
     assert vs["m"][4].geomean_latency_ratio == pytest.approx(math.sqrt(2.0 * 0.25))  # 3/1.5 and 1/4
     assert (vs["m"][2].geomean_latency_ratio, vs["m"][2].workloads, vs["m"][2].no_search_kernel) == (1.0, 1, 1)
     assert vs["random best-of-2"][4].geomean_latency_ratio == pytest.approx(math.sqrt(4.0 * 0.5))
+    # best-of-k against random best-of-k too: 3/6 on a, 1/2 on b
+    assert r.best_of_k_vs_random["m"].geomean_latency_ratio == pytest.approx(0.5)
     assert r.timed_side_by_side and not _hand_made_report().timed_side_by_side
     # a kernel correct when judged but not when timed again counts as no correct kernel
     together["b"]["m"] = None
