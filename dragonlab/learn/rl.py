@@ -52,6 +52,10 @@ class RLConfig:
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts", "range": "> 0"})
     beta: float = field(default=0.04, metadata={"help": "KL coefficient against the SFT model (0 = no reference model)",
                                                 "range": ">= 0"})
+    anchor: float = field(default=1.0, metadata={
+        "help": "constrained rollouts: coefficient of the KL between the SFT model's and the policy's probability "
+                "of a token the constraint allowed, per position (keeps the unconstrained model intact; docs/rl.md)",
+        "range": ">= 0"})
     save_steps: int = field(default=20, metadata={"help": "checkpoint every this many steps", "range": "> 0"})
     logging_steps: int = field(default=1, metadata={"help": "log the reward's components every this many steps",
                                                     "range": "> 0"})
@@ -85,6 +89,8 @@ class RLConfig:
         if self.generation == "vllm" and self.constrained:
             raise InputError("RLConfig: constrained rollouts need generation='transformers' (vLLM takes no "
                              "dragonlab logits processor)")
+        if self.constrained and self.anchor > 0 and self.beta == 0:
+            raise InputError("RLConfig.anchor needs the SFT model as reference: beta > 0, or anchor = 0")
 
 
 @dataclass(frozen=True)
@@ -169,15 +175,33 @@ def constrain_rollouts(model, tokenizer, rows, workloads, temperature: float):
     return constraint
 
 
-def _trainer_class(constraint):
+def legal_mass_kl(log_mass, ref_log_mass):
+    """Per position, the KL between two Bernoulli distributions: the policy's and the reference's
+    probability of writing a token the constraint allowed, given as log-probabilities. By the
+    chain rule the KL of the full next-token distributions is this plus the legal tokens' KL
+    (weighted by the policy's legal mass) plus the illegal ones': the renormalised loss sees
+    only the second, this term keeps the first, which is what unconstrained decoding trips on."""
+    import torch
+
+    def split(log_m):  # (m, 1 - m), the latter kept off 0 for the log
+        return log_m.exp(), (-torch.expm1(log_m)).clamp_min(1e-12)
+
+    (m, rest), (m_ref, rest_ref) = split(log_mass), split(ref_log_mass)
+    return m * (log_mass - ref_log_mass) + rest * (rest.log() - rest_ref.log())
+
+
+def _trainer_class(constraint, anchor: float = 0.0):
     """trl's GRPOTrainer, or, for constrained rollouts, one whose policy is the constrained
     sampler's: every log-probability (the policy's, the old one's, the reference's) is taken over
     the tokens the draw was made among (`ScriptConstraint.candidates`), so a forced token has
     probability 1 and no gradient, and the KL is between constrained policies. Unrenormalised,
     the loss moves the unconstrained probabilities of tokens the constraint forced, and degrades
-    the model where it writes unconstrained (docs/rl.md). The candidates travel with the batch as
-    a bool per vocabulary entry and token (16 x 640 x 958, 10 MB, for the scratch models; a
-    150k-token vocabulary would make it 1.5 GB a step)."""
+    the model where it writes unconstrained (docs/rl.md). Renormalised, nothing in the loss holds
+    the probability the model gives the tokens the constraint refused; with `anchor` > 0 the loss
+    adds `anchor` x `legal_mass_kl` against the reference model (a token mean per micro-batch),
+    logged as `legal_mass_kl` beside the policy's mean `legal_mass`. The candidates travel with
+    the batch as a bool per vocabulary entry and token (16 x 640 x 958, 10 MB, for the scratch
+    models; a 150k-token vocabulary would make it 1.5 GB a step)."""
     import torch
     import trl
 
@@ -186,18 +210,40 @@ def _trainer_class(constraint):
 
     class ConstrainedGRPOTrainer(trl.GRPOTrainer):
         _among = None  # the batch's candidates while its loss is computed
+        _forwards = None  # while a batch is generated and scored: (log-probs, log legal mass) of each forward
+        _log_mass = None  # the policy's log legal mass, while its loss is computed
 
         def _generate_and_score_completions(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
-            output["among"] = self._candidates(output["completion_ids"].shape[1])
+            self._forwards = []
+            try:
+                output = super()._generate_and_score_completions(inputs)
+                output["among"] = self._candidates(output["completion_ids"].shape[1])
+                if anchor and "ref_per_token_logps" in output:  # the reference's forward, by what it returned
+                    output["ref_log_mass"] = next(mass for logps, mass in self._forwards
+                                                  if logps is output["ref_per_token_logps"])
+            finally:
+                self._forwards = None
             return output  # trl shuffles and splits it with the batch
 
         def _compute_loss(self, model, inputs):
             self._among = inputs["among"]
             try:
-                return super()._compute_loss(model, inputs)
+                loss = super()._compute_loss(model, inputs)
+                if anchor and "ref_log_mass" in inputs:
+                    loss = loss + anchor * self._legal_mass_kl(inputs)
+                return loss
             finally:
-                self._among = None
+                self._among = self._log_mass = None
+
+        def _legal_mass_kl(self, inputs):
+            mode = "train" if self.model.training else "eval"
+            mask = inputs["completion_mask"].float()
+            tokens = mask.sum().clamp(min=1.0)
+            kl = (legal_mass_kl(self._log_mass, inputs["ref_log_mass"]) * mask).sum() / tokens
+            self._metrics[mode]["legal_mass_kl"].append(self.accelerator.gather(kl.detach().reshape(1)).mean().item())
+            mass = (self._log_mass.detach().exp() * mask).sum() / tokens
+            self._metrics[mode]["legal_mass"].append(self.accelerator.gather(mass.reshape(1)).mean().item())
+            return kl / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
 
         def _candidates(self, length: int):
             among = constraint.candidates(self.model.get_output_embeddings().weight.shape[0])
@@ -209,7 +255,7 @@ def _trainer_class(constraint):
                                                batch_size=None, compute_entropy=False, **kwargs):
             among = self._among if self._among is not None else self._candidates(logits_to_keep)
             batch_size = batch_size or input_ids.size(0)
-            logps, entropies = [], []
+            logps, entropies, masses = [], [], []
             for start in range(0, input_ids.size(0), batch_size):
                 end = start + batch_size
                 with self.accelerator.autocast():
@@ -217,12 +263,19 @@ def _trainer_class(constraint):
                                    use_cache=False).logits
                 logits = logits[:, -logits_to_keep - 1:-1].float() / self.temperature
                 allowed = among[start:end].to(logits.device)
-                log_p = torch.log_softmax(logits.masked_fill(~allowed, -torch.inf), -1)
+                legal = logits.masked_fill(~allowed, -torch.inf)
+                log_p = torch.log_softmax(legal, -1)
                 targets = input_ids[start:end, -logits_to_keep:]
                 logps.append(log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+                masses.append(torch.logsumexp(legal, -1) - torch.logsumexp(logits, -1))
                 if compute_entropy:
                     entropies.append(-torch.where(allowed, log_p.exp() * log_p, 0.0).sum(-1))
-            return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+            logps, masses = torch.cat(logps), torch.cat(masses)
+            if self._forwards is not None:
+                self._forwards.append((logps, masses))
+            else:
+                self._log_mass = masses
+            return logps, torch.cat(entropies) if compute_entropy else None, None
 
     return ConstrainedGRPOTrainer
 
@@ -271,9 +324,9 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
         if config.constrained else None
     try:
         reward_fn = ShapedReward(evaluator, workloads, config.reward, rollouts=out / "rollouts.jsonl")
-        trainer = _trainer_class(constraint)(model=model, reward_funcs=[reward_fn], args=args,
-                                             train_dataset=train_rows, processing_class=tokenizer,
-                                             callbacks=[log_callback(log_path), *reporting(config.report_to, out)])
+        trainer = _trainer_class(constraint, config.anchor)(
+            model=model, reward_funcs=[reward_fn], args=args, train_dataset=train_rows, processing_class=tokenizer,
+            callbacks=[log_callback(log_path), *reporting(config.report_to, out)])
         if not progress:
             trainer.remove_callback(PrinterCallback)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)

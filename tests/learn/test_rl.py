@@ -81,8 +81,8 @@ def test_constrained_grpo_takes_log_probabilities_over_what_each_draw_was_among(
     real_constraint, real_class = rl.constrain_rollouts, rl._trainer_class
     monkeypatch.setattr(rl, "constrain_rollouts", lambda *a, **k: made.append(real_constraint(*a, **k)) or made[-1])
 
-    def spying(constraint):
-        class Spy(real_class(constraint)):
+    def spying(constraint, anchor):
+        class Spy(real_class(constraint, anchor)):
             def _generate_and_score_completions(self, inputs):
                 batches.append((self, output := super()._generate_and_score_completions(inputs)))
                 return output
@@ -117,6 +117,38 @@ def test_constrained_grpo_takes_log_probabilities_over_what_each_draw_was_among(
     assert (constrained[free] < 0).all() and (entropy[free] > 0).all()
     assert (constrained[written] >= plain[written] - 1e-4).all()  # renormalised over fewer tokens
     assert (plain[forced] < -1e-3).any()  # unrenormalised, the forced tokens would carry a gradient
+    # the anchor: the reference's legal mass came with the batch, the policy's with the loss, both logged
+    assert batch["ref_log_mass"].shape == written.shape and (batch["ref_log_mass"][written] <= 1e-6).all()
+    (logged,) = [d for d in run.log if "legal_mass_kl" in d]
+    assert 0 < logged["legal_mass"] <= 1 and logged["legal_mass_kl"] >= 0
+
+
+def test_the_legal_mass_kl_is_what_the_renormalised_kl_leaves_of_the_full_one():
+    """KL(p || r) over the vocabulary = the legal-mass KL + m_p KL(legal part) + (1 - m_p) KL(illegal part)."""
+    import torch
+
+    from dragonlab.learn.rl import legal_mass_kl
+
+    torch.manual_seed(0)
+    p, r = torch.randn(5, 30).log_softmax(-1), torch.randn(5, 30).log_softmax(-1)
+    legal = torch.rand(5, 30) < 0.4
+    legal[:, 0] = True
+    legal[:, 1] = False
+
+    def part(log_q, where):  # the log-mass of `where` and the distribution renormalised over it
+        masked = log_q.masked_fill(~where, -torch.inf)
+        return torch.logsumexp(masked, -1), masked.log_softmax(-1)
+
+    def kl(a, b, where):
+        return torch.where(where, a.exp() * (a - b), 0.0).sum(-1)
+
+    (m_p, p_legal), (m_r, r_legal) = part(p, legal), part(r, legal)
+    (_, p_rest), (_, r_rest) = part(p, ~legal), part(r, ~legal)
+    full = kl(p, r, torch.ones_like(legal))
+    chained = legal_mass_kl(m_p, m_r) + m_p.exp() * kl(p_legal, r_legal, legal) \
+        + (1 - m_p.exp()) * kl(p_rest, r_rest, ~legal)
+    assert torch.allclose(full, chained, atol=1e-5)
+    assert (legal_mass_kl(m_p, m_r) > 0).all() and torch.allclose(legal_mass_kl(m_p, m_p), torch.zeros(5), atol=1e-6)
 
 
 def test_rl_refuses_bad_settings_with_one_clear_error(tiny, data, tmp_path, capsys):
@@ -127,6 +159,8 @@ def test_rl_refuses_bad_settings_with_one_clear_error(tiny, data, tmp_path, caps
         main(["rl", "--from", str(tiny[0].out), "--data", str(data), "--out", str(tmp_path / "o"),
               "--tasks", "construction", "tuning"])
     assert exit.value.code == 2 and "--tasks: invalid choice: 'tuning'" in capsys.readouterr().err
+    with pytest.raises(InputError, match="RLConfig.anchor needs the SFT model as reference: beta > 0"):
+        RLConfig(constrained=True, beta=0.0)
     with pytest.raises(InputError, match="RLConfig.tasks must be a non-empty tuple, each one of construction, ref"):
         RLConfig(tasks=("tuning",))  # as a campaign's [rl] could write it
     # the reward's flags reach RewardConfig, which refuses a correct kernel worth less than a wrong one
