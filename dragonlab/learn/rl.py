@@ -183,10 +183,8 @@ def legal_mass_kl(log_mass, ref_log_mass):
     only the second, this term keeps the first, which is what unconstrained decoding trips on."""
     import torch
 
-    def split(log_m):  # (m, 1 - m), the latter kept off 0 for the log
-        return log_m.exp(), (-torch.expm1(log_m)).clamp_min(1e-12)
-
-    (m, rest), (m_ref, rest_ref) = split(log_mass), split(ref_log_mass)
+    m = log_mass.exp()
+    rest, rest_ref = ((-torch.expm1(x)).clamp_min(1e-12) for x in (log_mass, ref_log_mass))  # 1 - m, off 0
     return m * (log_mass - ref_log_mass) + rest * (rest.log() - rest_ref.log())
 
 
