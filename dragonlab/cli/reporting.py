@@ -31,6 +31,9 @@ def add_compare(sub, name: str, help: str):
     c.add_argument("--per-workload", type=int, default=None, metavar="R",
                    help="only one construction prompt per workload and its first R refinement prompts, as the "
                         "report takes them (default: every example)")
+    c.add_argument("--construction-draws", type=int, default=1, metavar="C",
+                   help="with --per-workload: C attempts at each workload's construction prompt (its first C "
+                        "construction examples, which share it), for power where workloads are few")
     c.add_argument("--constrained", action="store_true", help="constrained decoding for both models")
     c.add_argument("--out", type=Path, required=True, help="directory for both models' attempts (appended)")
     c.set_defaults(run=compare)
@@ -46,6 +49,9 @@ def compare(args) -> int:
 
     if args.per_workload is not None:
         require("--per-workload", args.per_workload, ">= 0")
+    require("--construction-draws", args.construction_draws, "> 0")
+    if args.construction_draws > 1 and args.per_workload is None:
+        raise UsageError("--construction-draws needs --per-workload (without it every example is attempted)")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dsd, workloads = dataset.load(args.data)
     splits = [s for s in args.split if s in dsd]
@@ -71,7 +77,7 @@ def _attempts(args, name: str, path: Path, evaluator, dsd, workloads, splits: li
     judged = [a for split in splits for a in sample_and_evaluate(
         model, tokenizer, evaluator, dsd, workloads, split=split, n=1, temperature=args.temperature,
         limit=args.limit, out=args.out / f"attempts-{name}.jsonl", seed=args.seed, constrained=args.constrained,
-        refinement_per_workload=args.per_workload)]
+        refinement_per_workload=args.per_workload, construction_per_workload=args.construction_draws)]
     print(f"{name} = {path}\n{format_summary(summary(judged))}\n")
     return judged
 

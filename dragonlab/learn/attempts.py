@@ -119,14 +119,15 @@ class ModelWriter:
         self.close()
 
 
-def per_workload(rows, refinement: int | None) -> list[dict]:
+def per_workload(rows, refinement: int | None, construction: int = 1) -> list[dict]:
     """One construction prompt per workload (a workload's construction rows share it) and its
     first `refinement` refinement prompts (None: all), each row with its "index" in `rows`: every
-    workload weighs alike, as in the report."""
+    workload weighs alike, as in the report. `construction` > 1 takes a workload's first that
+    many construction rows: one attempt at each is that many draws at its prompt."""
     taken: Counter = Counter()
     out = []
     for i, row in enumerate(rows):
-        cap = refinement if row["task"] == REFINEMENT else 1
+        cap = refinement if row["task"] == REFINEMENT else construction
         if cap is None or taken[(row["task"], row["workload"])] < cap:
             taken[(row["task"], row["workload"])] += 1
             out.append(dict(row, index=i))
@@ -137,15 +138,17 @@ def sample_and_evaluate(model, tokenizer, evaluator: Evaluator, dataset, workloa
                         split: str = "test", n: int = 4, temperature: float = 0.8, max_new_tokens: int = 512,
                         limit: int | None = None, batch_size: int = 8, out: str | os.PathLike | None = None,
                         seed: int = 0, progress: bool = True, constrained: bool = False,
-                        refinement_per_workload: int | None = None) -> list[Attempt]:
+                        refinement_per_workload: int | None = None,
+                        construction_per_workload: int = 1) -> list[Attempt]:
     """n attempts at each example of `dataset[split]` (the first `limit`), generated, judged and
     appended to `out` (a JSON-lines file) example by example; attempts already there are kept.
     `constrained`: generate with `dragonlab.learn.constrain` (every script decodes and applies).
     `refinement_per_workload`: only one construction prompt per workload and this many of its
-    refinement prompts (`per_workload`); None: every example."""
+    refinement prompts (`per_workload`; `construction_per_workload` construction rows); None: every
+    example."""
     if split not in dataset:
         raise InputError(f"the dataset has no {split!r} split (it has {', '.join(dataset)})")
-    rows = (per_workload(dataset[split], refinement_per_workload) if refinement_per_workload is not None
+    rows = (per_workload(dataset[split], refinement_per_workload, construction_per_workload) if refinement_per_workload is not None
             else [dict(row, index=i) for i, row in enumerate(dataset[split])])[:limit]
     todo = pending(rows, split, out)
     with ModelWriter(model, tokenizer, temperature=temperature, max_new_tokens=max_new_tokens,

@@ -18,6 +18,10 @@ The protocol (the paper's "RL kernels faster than SFT's on 88 of 102 tasks"):
    bootstrap 95% interval (`geomean_interval`, which the report's other geomeans use too),
    per-attempt correctness and mean shaped reward of both models, and the prompts where only
    one model's kernel is correct.
+5. Prompts of one workload share its kernel, so their verdicts are not independent (several
+   construction draws per workload, or a workload's refinement prompts). Beside the per-prompt
+   test, a workload is *won* when B's wins there outnumber its losses, *lost* when the other way
+   round, and a sign test over won and lost workloads gives `workload_p`.
 
 `compare_models` is the whole protocol after sampling (the report's RL vs SFT, `dragonlab compare`,
 notebook 05):
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -59,6 +64,9 @@ class Comparison:
     untimed: int = 0  # both correct, but a kernel failed when timed again: neither win, loss nor tie
     ratio: float | None = None  # geomean of B / A over the kernels timed side by side (< 1: B faster)
     interval: tuple[float, float] | None = None  # its bootstrap 95% interval, prompts resampled
+    workloads_won: int | None = None  # workloads where B's wins outnumber its losses (protocol, 5)
+    workloads_lost: int | None = None
+    workload_p: float | None = None  # two-sided sign test over workloads won and lost
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,7 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
         group = [(x, y) for x, y in pairs if task in ("all", x.task)]
         ratios = []  # B / A of the kernels timed side by side
         wins = losses = ties = only_a = only_b = both = untimed = 0
+        net: Counter = Counter()  # per workload, B's wins less its losses
         for x, y in group:
             lx, ly = x.evaluation.latency, y.evaluation.latency
             if lx and ly:
@@ -177,8 +186,10 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
                 ratios.append(math.exp(c))
                 if c < -math.log1p(threshold):
                     wins += 1
+                    net[x.workload] += 1
                 elif c > math.log1p(threshold):
                     losses += 1
+                    net[x.workload] -= 1
                 else:
                     ties += 1
             elif lx:
@@ -186,12 +197,13 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
             elif ly:
                 only_b += 1
         n = len(group)
+        won, lost = sum(v > 0 for v in net.values()), sum(v < 0 for v in net.values())
         out.append(Comparison(
             task, n, sum(x.evaluation.correct for x, _ in group) / n, sum(y.evaluation.correct for _, y in group) / n,
             sum(reward(x.evaluation, reward_config) for x, _ in group) / n,
             sum(reward(y.evaluation, reward_config) for _, y in group) / n,
             both, wins, losses, ties, only_a, only_b, threshold, sign_test(wins, losses), untimed,
-            geomean(ratios), geomean_interval(ratios)))
+            geomean(ratios), geomean_interval(ratios), won, lost, sign_test(won, lost)))
     return out
 
 
@@ -213,10 +225,16 @@ def format_comparison(rows: list[Comparison], a: str = "A", b: str = "B") -> str
     for r in rows:
         lines.append(f"{r.task:<13}{r.prompts:>8}{r.correct_a:>12.1%}{r.correct_b:>12.1%}{r.mean_reward_a:>11.3f}"
                      f"{r.mean_reward_b:>11.3f}  faster {r.wins}/{r.both_correct}, slower {r.losses}, "
-                     f"ties {r.ties}; sign test p = {r.p_value:.3g}{_geomean_text(r, a, b)}; "
+                     f"ties {r.ties}; sign test p = {r.p_value:.3g}{_workload_text(r)}{_geomean_text(r, a, b)}; "
                      f"only {a} correct {r.only_a}, "
                      f"only {b} correct {r.only_b}" + (f"; {r.untimed} failed when timed again" if r.untimed else ""))
     return "\n".join(lines)
+
+
+def _workload_text(r: Comparison) -> str:
+    if r.workload_p is None:
+        return ""
+    return f"; by workload won {r.workloads_won}, lost {r.workloads_lost}, p = {r.workload_p:.3g}"
 
 
 def _geomean_text(r: Comparison, a: str, b: str) -> str:

@@ -81,6 +81,18 @@ def test_per_workload_refuses_a_negative_count_before_loading_anything(tmp_path,
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flags, error", [
+    (["--per-workload", "2", "--construction-draws", "0"], "--construction-draws must be positive, got 0"),
+    (["--construction-draws", "4"], "--construction-draws needs --per-workload"),
+])
+def test_compare_refuses_construction_draws_it_cannot_take(tmp_path, capsys, flags, error):
+    out = tmp_path / "out"
+    assert main(["compare", "--a", "a", "--b", "b", "--data", str(tmp_path / "missing"), "--out", str(out),
+                 *flags]) == 2
+    assert error in capsys.readouterr().err
+    assert not out.exists()
+
+
 def _dataset(path: Path) -> Path:
     """A dataset directory `dataset.load` accepts: one construction example of one workload."""
     import datasets

@@ -170,10 +170,10 @@ def test_rl_refuses_bad_settings_with_one_clear_error(tiny, data, tmp_path, caps
     assert not (tmp_path / "o").exists()
 
 
-def _attempt(index: int, latency: float | None) -> Attempt:
-    e = (Evaluation("w", "cpu", OK, latencies=(latency,) * 3, reference_latency=1.0) if latency
-         else Evaluation("w", "cpu", "apply", "no such block"))
-    return Attempt("test", index, 0, "construction", "w", "n", "script", e)
+def _attempt(index: int, latency: float | None, workload: str = "w") -> Attempt:
+    e = (Evaluation(workload, "cpu", OK, latencies=(latency,) * 3, reference_latency=1.0) if latency
+         else Evaluation(workload, "cpu", "apply", "no such block"))
+    return Attempt("test", index, 0, "construction", workload, "n", "script", e)
 
 
 def test_compare_counts_wins_beyond_the_threshold_with_a_sign_test():
@@ -192,3 +192,18 @@ def test_compare_counts_wins_beyond_the_threshold_with_a_sign_test():
     assert row.correct_a == row.correct_b == 5 / 6 and total.task == "all"
     assert sign_test(0, 0) == 1.0 and sign_test(1, 1) == 1.0
     assert sign_test(9, 1) == pytest.approx(22 / 1024)  # 2 * (C(10,9) + C(10,10)) / 2^10
+
+
+def test_compare_also_counts_workloads_won_and_lost_where_prompts_share_one():
+    """Draws at one workload's kernel are not independent: per workload, wins less losses decide."""
+    workloads = ["u"] * 4 + ["v"] * 2 + ["x"]  # u: 3 wins, 1 loss; v: 1 and 1; x: 1 loss
+    changes = [-1, -1, -1, 1, -1, 1, 1]
+    a = [_attempt(i, 1.0, w) for i, w in enumerate(workloads)]
+    b = [_attempt(i, 1.0, w) for i, w in enumerate(workloads)]
+    timings = [PairTiming("test", i, "construction", c, 0.0) for i, c in enumerate(changes)]
+    row, total = compare(a, b, timings, threshold=0.05)
+    assert (row.wins, row.losses) == (4, 3)
+    assert (row.workloads_won, row.workloads_lost, row.workload_p) == (1, 1, 1.0) == \
+        (total.workloads_won, total.workloads_lost, total.workload_p)
+    assert "by workload won 1, lost 1, p = 1" in ModelComparison(0.05, 7, (row, total)).text()
+    assert ModelComparison.from_json(ModelComparison(0.05, 7, (row, total)).to_json()).rows == (row, total)

@@ -17,7 +17,7 @@ from dragonlab.testing.notebooks import PLOTLY, WIDGET, run_notebook
 from dragonlab.cli import main
 from dragonlab.core.jsonl import read_lines
 from dragonlab.evaluation.evaluate import Evaluation
-from dragonlab.learn.attempts import Attempt, read_attempts
+from dragonlab.learn.attempts import Attempt, per_workload, read_attempts
 from dragonlab.reporting.compare import Comparison, ModelComparison, compare_models
 from dragonlab.reporting.metrics import fast_p, metrics, pass_at_k, search_curves, stats
 from dragonlab.reporting.report import ReportConfig, held_out_rows, read_report
@@ -329,6 +329,9 @@ def test_held_out_rows_take_one_construction_prompt_per_workload():
     picked = held_out_rows({"test": rows}, ReportConfig(splits=("test", "test_family"), refinement_per_workload=2))
     assert [(r["task"], r["workload"], r["index"]) for r in picked["test"]] == [
         ("construction", "a", 0), ("refinement", "a", 3), ("refinement", "a", 4), ("construction", "b", 6)]
+    # several draws at a workload's construction prompt: its first construction rows, each once
+    assert [(r["task"], r["workload"], r["index"]) for r in per_workload(rows, 1, construction=2)] == [
+        ("construction", "a", 0), ("construction", "a", 1), ("refinement", "a", 3), ("construction", "b", 6)]
 
 
 @pytest.fixture
