@@ -47,9 +47,9 @@ LESSONS = [
             "| sft | scratch-tiny (", "| small-w30 | scratch-small (3.4M) | 30 |"), figures=3,
            files=("sft/model/config.json", "sft/attempts-train.jsonl")),  # loss curve, stages, scaling
     Lesson("05_rl", lambda fx: {"data": str(fx("data")), "sft_run": str(fx("tiny")[0].out), "run": "rl",
-                                "max_steps": 2, "num_generations": 2, "prompts_per_step": 1, "beta": 0.0,
-                                "splits": ["train"], "limit": 2},
-           ("GRPO from", "RL vs SFT where both are correct"), figures=2,
+                                "max_steps": 2, "num_generations": 2, "prompts_per_step": 1, "beta": 0.04,
+                                "constrained": True, "splits": ["train"], "limit": 2},
+           ("GRPO from", "RL vs SFT where both are correct"), figures=4,  # curves, KL, legal mass, comparison
            files=("rl/model/config.json", "rl/rollouts.jsonl")),
     # resumes the session's `dragonlab tune` run (tests/tune): the same network, model and settings
     Lesson("07_tune_network", lambda fx: {"network": str(ROOT / TUNE_NETWORK), "dragon": str(fx("tiny")[0].model_dir),
