@@ -25,7 +25,7 @@ it renormalises its log-probabilities (`dragonlab.learn.rl`). A recording constr
 (`record=True`) checks tokens most probable first until those checked hold all but `LEFTOVER`
 (1e-3) of the probability, draws among the legal ones (`choose_among`: the restricted
 distribution less its improbable tail, at several checks per token rather than one) and keeps
-them: `candidates()`, a mask over the vocabulary per sequence and generated token.
+them: `candidates()`, their token ids per sequence and generated token.
 """
 
 from __future__ import annotations
@@ -119,21 +119,22 @@ class ScriptConstraint:
             self._candidates.append(among)
         return masked
 
-    def candidates(self, vocab_size: int):
-        """The last generation's draws (a recording constraint's): a bool tensor (sequences,
-        generated tokens, `vocab_size`), True at the tokens each draw was made among (all, where
-        the sequence had ended)."""
+    def candidates(self):
+        """The last generation's draws (a recording constraint's): an int64 tensor (sequences,
+        generated tokens, K), the ids of the tokens each draw was made among, padded with -1; all
+        -1 where the sequence had ended (any token). K, the most a draw was made among, is at most
+        `first_checks` whatever the vocabulary's size."""
         import torch
 
         if not self.record:
             raise ValueError("candidates() needs a recording constraint (record=True)")
-        mask = torch.ones(len(self.followers), len(self._candidates), vocab_size, dtype=torch.bool)
+        width = max((len(tokens) for among in self._candidates for tokens in among if tokens), default=1)
+        ids = torch.full((len(self.followers), len(self._candidates), width), -1, dtype=torch.long)
         for step, among in enumerate(self._candidates):
             for row, tokens in enumerate(among):
                 if tokens is not None:
-                    mask[row, step] = False
-                    mask[row, step, tokens] = True
-        return mask
+                    ids[row, step, :len(tokens)] = torch.tensor(tokens)
+        return ids
 
     def finish(self, completion_ids) -> list[str]:
         """The scripts of the sequences whose generated tokens are `completion_ids` (one row per

@@ -198,8 +198,7 @@ def _trainer_class(constraint, anchor: float = 0.0):
     the probability the model gives the tokens the constraint refused; with `anchor` > 0 the loss
     adds `anchor` x `legal_mass_kl` against the reference model (a token mean per micro-batch),
     logged as `legal_mass_kl` beside the policy's mean `legal_mass`. The candidates travel with
-    the batch as a bool per vocabulary entry and token (16 x 640 x 958, 10 MB, for the scratch
-    models; a 150k-token vocabulary would make it 1.5 GB a step)."""
+    the batch as token ids (at most `first_checks`, 64, per token, whatever the vocabulary)."""
     import torch
     import trl
 
@@ -244,7 +243,7 @@ def _trainer_class(constraint, anchor: float = 0.0):
             return kl / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
 
         def _candidates(self, length: int):
-            among = constraint.candidates(self.model.get_output_embeddings().weight.shape[0])
+            among = constraint.candidates()
             if among.shape[1] < length:
                 raise RuntimeError(f"constrained rollouts: {among.shape[1]} draws recorded for {length} tokens")
             return among[:, :length]
@@ -260,14 +259,18 @@ def _trainer_class(constraint, anchor: float = 0.0):
                     logits = model(input_ids=input_ids[start:end], attention_mask=attention_mask[start:end],
                                    use_cache=False).logits
                 logits = logits[:, -logits_to_keep - 1:-1].float() / self.temperature
-                allowed = among[start:end].to(logits.device)
-                legal = logits.masked_fill(~allowed, -torch.inf)
-                log_p = torch.log_softmax(legal, -1)
+                ids = among[start:end].to(logits.device)
+                offered = ids >= 0
+                ended = ~offered.any(-1)  # the sequence had ended (padding, outside the loss): any token
+                legal = logits.gather(-1, ids.clamp(min=0)).masked_fill(~offered, -torch.inf)
+                everything = torch.logsumexp(logits, -1)
+                norm = torch.where(ended, everything, torch.logsumexp(legal, -1))
                 targets = input_ids[start:end, -logits_to_keep:]
-                logps.append(log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
-                masses.append(torch.logsumexp(legal, -1) - torch.logsumexp(logits, -1))
+                logps.append(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - norm)
+                masses.append(norm - everything)
                 if compute_entropy:
-                    entropies.append(-torch.where(allowed, log_p.exp() * log_p, 0.0).sum(-1))
+                    log_p = legal - norm.unsqueeze(-1)
+                    entropies.append(-torch.where(offered, log_p.exp() * log_p, 0.0).sum(-1))
             logps, masses = torch.cat(logps), torch.cat(masses)
             if self._forwards is not None:
                 self._forwards.append((logps, masses))

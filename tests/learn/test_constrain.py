@@ -345,9 +345,9 @@ def test_a_recorded_draw_is_among_the_legal_tokens_that_hold_all_but_the_leftove
 
 
 def test_the_constraint_records_what_each_draw_was_made_among(tiny, data):
-    """A recording constraint's `candidates()` is a mask per sequence and generated token: the token
-    written is in it, it holds only tokens the follower allowed, and a sequence that ended allows
-    everything. A constraint that does not record refuses to tell."""
+    """A recording constraint's `candidates()` are token ids per sequence and generated token: the
+    token written is among them, they are only tokens the follower allowed, and a sequence that
+    ended has none (any token). A constraint that does not record refuses to tell."""
     model, tokenizer = models.load(tiny[0].model_dir)
     dsd, workloads = dataset.load(data)
     rows = dsd["train"].select(range(1)).to_list()
@@ -356,22 +356,23 @@ def test_the_constraint_records_what_each_draw_was_made_among(tiny, data):
         ids = tokenizer([rows[0]["prompt"]] * 2, return_tensors="pt")["input_ids"]
         out = model.generate(ids, do_sample=True, max_new_tokens=48, logits_processor=[constraint],
                              pad_token_id=tokenizer.pad_token_id)
-        among = constraint.candidates(len(tokenizer))
+        among = constraint.candidates()
         written = out[:, ids.shape[1]:]
-        assert among.shape == (2, written.shape[1], len(tokenizer))
-        assert among.gather(-1, written.unsqueeze(-1)).all()  # every token written was a candidate
-        sizes = among.sum(-1)
-        assert (sizes >= 1).all() and (sizes[sizes < len(tokenizer)] < 20).all()
+        assert among.shape[:2] == (2, written.shape[1]) and 1 <= among.shape[2] <= constraint.first_checks
+        sizes = (among >= 0).sum(-1)
+        live = sizes > 0  # the sequence had not ended
+        assert (among == written.unsqueeze(-1)).any(-1)[live].all()  # every token written was a candidate
+        assert live[:, 0].all() and (sizes < 20).all()
         assert (sizes == 1).any()  # the grammar forces some tokens: they will carry no gradient
         follower = ScriptFollower(workloads[rows[0]["workload"]].mod, constraint.replayer)
         for step, token in enumerate(written[0].tolist()):  # each candidate was legal where it was offered
-            if token in constraint.eos or sizes[0, step] == len(tokenizer):
+            if token in constraint.eos or not live[0, step]:
                 break
-            for t in among[0, step].nonzero().flatten().tolist():
+            for t in among[0, step][among[0, step] >= 0].tolist():
                 assert t in constraint.eos or follower.allows(constraint.pieces[t])
             follower.advance(constraint.pieces[token])
     with pytest.raises(ValueError, match="record=True"):
-        ScriptConstraint(tokenizer, {}).candidates(len(tokenizer))
+        ScriptConstraint(tokenizer, {}).candidates()
 
 
 def test_training_modules_import_no_tvm():

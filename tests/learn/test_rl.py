@@ -110,12 +110,19 @@ def test_constrained_grpo_takes_log_probabilities_over_what_each_draw_was_among(
         constrained, entropy, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, length,
                                                                                compute_entropy=True)
         plain, _, _ = trl.GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, length)
-    forced = (batch["among"].sum(-1) == 1) & written
-    free = (batch["among"].sum(-1) > 1) & written
+    offered = (batch["among"] >= 0).sum(-1)
+    forced, free = (offered == 1) & written, (offered > 1) & written
     assert forced.sum() > 0 and free.sum() > 0
     assert (constrained[forced] == 0).all() and (entropy[forced].abs() < 1e-6).all()
     assert (constrained[free] < 0).all() and (entropy[free] > 0).all()
     assert (constrained[written] >= plain[written] - 1e-4).all()  # renormalised over fewer tokens
+    with torch.no_grad():  # the same as a softmax over a mask of the vocabulary
+        logits = trainer.model(input_ids=ids, attention_mask=mask).logits[:, -length - 1:-1] / trainer.temperature
+    vocab = logits.shape[-1]  # padding (-1) lands in an extra column, dropped
+    dense = torch.zeros(*logits.shape[:2], vocab + 1, dtype=torch.bool).scatter_(
+        -1, batch["among"].where(batch["among"] >= 0, vocab), True)[..., :vocab]
+    masked = logits.masked_fill(~dense, -torch.inf).log_softmax(-1).gather(-1, batch["completion_ids"].unsqueeze(-1))
+    assert torch.allclose(constrained[written], masked.squeeze(-1)[written], atol=1e-5)
     assert (plain[forced] < -1e-3).any()  # unrenormalised, the forced tokens would carry a gradient
     # the anchor: the reference's legal mass came with the batch, the policy's with the loss, both logged
     assert batch["ref_log_mass"].shape == written.shape and (batch["ref_log_mass"][written] <= 1e-6).all()
