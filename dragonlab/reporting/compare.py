@@ -2,8 +2,9 @@
 
 The protocol (the paper's "RL kernels faster than SFT's on 88 of 102 tasks"):
 
-1. One attempt per prompt and model, sampled under a fixed seed, all judged by one evaluator
-   in one run: correctness and the shaped reward come from those judgements.
+1. Attempts by both models at the same prompts, sampled under a fixed seed, all judged by one
+   evaluator in one run: correctness and the shaped reward come from those judgements. An
+   attempt is paired with the other model's attempt at the same prompt and sample number.
 2. Where both kernels are correct, they are timed again side by side (`Evaluator.time_together`):
    A's kernel, B's kernel and A's kernel once more, in turn, for `rounds` rounds, within a second
    of each other. B's change against A is the median over rounds of log(B / A) in the same round;
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # the results (ModelComparison) are read without the evaluato
 @dataclass(frozen=True)
 class Comparison:
     task: str
-    prompts: int
+    prompts: int  # attempts paired: prompts x attempts at each
     correct_a: float
     correct_b: float
     mean_reward_a: float
@@ -78,6 +79,7 @@ class PairTiming:
     task: str
     change: float | None  # > 0: B slower; None: a kernel failed when timed again
     null: float | None  # A's kernel against itself
+    sample: int = 0  # which attempt at the prompt
 
 
 @dataclass(frozen=True)
@@ -145,14 +147,19 @@ def time_pairs(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *
         ok = ta is not None and tb is not None and ta2 is not None
         out.append(PairTiming(x.split, x.index, x.task,
                               statistics.median(math.log(q / p) for p, q in zip(ta, tb)) if ok else None,
-                              statistics.median(math.log(q / p) for p, q in zip(ta, ta2)) if ok else None))
+                              statistics.median(math.log(q / p) for p, q in zip(ta, ta2)) if ok else None,
+                              x.sample))
     return out
 
 
 def _pairs(a: list[Attempt], b: list[Attempt]) -> list[tuple[Attempt, Attempt]]:
-    """(A's attempt, B's attempt) at each prompt both answered, by (split, index), in B's order."""
-    by_index = {(x.split, x.index): x for x in a}
-    return [(by_index[(y.split, y.index)], y) for y in b if (y.split, y.index) in by_index]
+    """(A's attempt, B's attempt) wherever both made one, by (split, index, sample), in B's order."""
+    by_key = {_key(x): x for x in a}
+    return [(by_key[_key(y)], y) for y in b if _key(y) in by_key]
+
+
+def _key(attempt) -> tuple[str, int, int]:
+    return attempt.split, attempt.index, attempt.sample
 
 
 def noise_threshold(timings: Sequence[PairTiming], quantile: float = 0.95) -> float:
@@ -168,7 +175,7 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
     """Per task and overall, B against A; attempts are paired by (split, index), latencies
     compared by `timings` (`time_pairs`), beyond `threshold`."""
     pairs = _pairs(a, b)
-    change = {(t.split, t.index): t.change for t in timings}
+    change = {(t.split, t.index, t.sample): t.change for t in timings}
     out = []
     for task in sorted({x.task for x, _ in pairs}) + ["all"]:
         group = [(x, y) for x, y in pairs if task in ("all", x.task)]
@@ -179,7 +186,7 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
             lx, ly = x.evaluation.latency, y.evaluation.latency
             if lx and ly:
                 both += 1
-                c = change.get((x.split, x.index))
+                c = change.get(_key(x))
                 if c is None:
                     untimed += 1
                     continue
@@ -210,9 +217,9 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
 def compare_models(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *, rounds: int = 3,
                    quantile: float = 0.95, reward_config: RewardConfig = RewardConfig(),
                    progress: bool = False) -> ModelComparison:
-    """B's attempts against A's on the same prompts (paired by split and index; pass one attempt per
-    prompt), by the protocol above, the kernels timed again by `evaluator`. `workloads`: by key, as
-    `dataset.load` gives them."""
+    """B's attempts against A's on the same prompts (paired by split, index and sample), by the
+    protocol above, the kernels timed again by `evaluator`. `workloads`: by key, as `dataset.load`
+    gives them."""
     timings = time_pairs(evaluator, workloads, a, b, rounds=rounds, progress=progress)
     threshold = noise_threshold(timings, quantile)
     retimed = sum(t.null is not None for t in timings)

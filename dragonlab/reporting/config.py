@@ -30,6 +30,9 @@ class ReportConfig:
                 "it is compared with plain search at every budget", "range": "> 0"})
     turns: int = field(default=3, metadata={"help": "refinement turns after each construction attempt",
                                             "range": ">= 0"})
+    compared_draws: int = field(default=4, metadata={
+        "help": "RL vs SFT: the first this many attempts at each prompt are paired (sample by sample), each pair's "
+                "kernels timed side by side", "range": "> 0"})
     constrained: bool = field(default=False, metadata={"help": "constrained decoding for the local models"})
     max_new_tokens: int = field(default=768, metadata={"help": "tokens per script, at most", "range": "> 0"})
     seed: int = field(default=0, metadata={"help": "sampling and search seed", "range": ">= 0"})

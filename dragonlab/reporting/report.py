@@ -37,8 +37,9 @@ How the numbers are defined (every figure is over held-out prompts or workloads)
   search (prorated per trial) took to a kernel within 10% of MetaSchedule at the largest budget.
 - Model-seeded search: `seeded_budget` trials (the model's kernels among them) against plain
   search at every budget.
-- RL vs SFT: `dragonlab.reporting.compare.compare_models` on the first attempt at each prompt (both
-  kernels timed again side by side; noise threshold from SFT's kernel against itself; sign test).
+- RL vs SFT: `dragonlab.reporting.compare.compare_models` on the first `compared_draws` attempts
+  at each prompt, paired sample by sample (both kernels timed again side by side; noise threshold
+  from SFT's kernel against itself; sign tests over attempts and over workloads).
 
 The numbers are computed by `dragonlab.reporting.metrics` from what was judged; the report is a
 `dragonlab.reporting.results.Report` (frozen dataclasses, read by attribute), report.json its JSON.
@@ -141,7 +142,7 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
                                           out / "together.jsonl", progress)
         rl_vs_sft = None
         if "sft" in attempts and "rl" in attempts:
-            rl_vs_sft = _rl_vs_sft(evaluator, workloads, attempts, progress)
+            rl_vs_sft = _rl_vs_sft(evaluator, workloads, attempts, config.compared_draws, progress)
 
     report = replace(
         metrics(attempts, turns, base, config, held, rl_vs_sft), workload_names={k: workloads[k].name for k in held},
@@ -340,9 +341,9 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
             for key, by_system in done.items()}
 
 
-def _rl_vs_sft(evaluator, workloads, attempts, progress: bool) -> ModelComparison:
-    """RL against SFT on the first attempt at each prompt."""
-    first = {name: [a for a in attempts[name] if a.sample == 0] for name in ("sft", "rl")}
+def _rl_vs_sft(evaluator, workloads, attempts, draws: int, progress: bool) -> ModelComparison:
+    """RL against SFT on the first `draws` attempts at each prompt, paired by sample."""
+    first = {name: [a for a in attempts[name] if a.sample < draws] for name in ("sft", "rl")}
     return compare_models(evaluator, workloads, first["sft"], first["rl"], progress=progress)
 
 

@@ -154,12 +154,16 @@ def sections(report: Report) -> list[tuple[str, str]]:
     if cmp:
         rows = [[r.task, str(r.prompts), fmt(r.correct_a, "%"), fmt(r.correct_b, "%"), fmt(r.mean_reward_a),
                  fmt(r.mean_reward_b), f"{r.wins}/{r.both_correct}", str(r.losses), str(r.ties), fmt(r.p_value),
+                 "-" if r.workload_p is None else f"{r.workloads_won} / {r.workloads_lost}, p {fmt(r.workload_p)}",
                  fmt(r.ratio, "x"), f"{fmt(r.interval[0], 'x')} to {fmt(r.interval[1], 'x')}" if r.interval else "-"]
                 for r in cmp.rows]
-        out.append((f"RL vs SFT (first attempt per prompt; noise threshold {cmp.threshold:.1%} from "
-                    f"SFT's kernel against itself on {cmp.retimed} prompts, timed side by side with RL's)", table(
-                        ["task", "prompts", "SFT correct", "RL correct", "SFT reward", "RL reward", "RL faster",
-                         "RL slower", "ties", "sign test p", "geomean RL/SFT latency", "95% interval"], rows)))
+        draws = 1 + max((t.sample for t in cmp.timings), default=0)  # reports before compared_draws paired one
+        out.append((f"RL vs SFT (the first {draws} attempt{'s' * (draws > 1)} per prompt, paired; "
+                    f"noise threshold {cmp.threshold:.1%} from SFT's kernel against itself on {cmp.retimed} pairs, "
+                    "timed side by side with RL's)", table(
+                        ["task", "pairs", "SFT correct", "RL correct", "SFT reward", "RL reward", "RL faster",
+                         "RL slower", "ties", "sign test p", "workloads won / lost", "geomean RL/SFT latency",
+                         "95% interval"], rows)))
 
     audit = report.audit
     out.append(("Audit", f"<p>{audit.decoded} decoded scripts re-encoded; round-trip failures: "

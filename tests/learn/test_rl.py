@@ -177,10 +177,10 @@ def test_rl_refuses_bad_settings_with_one_clear_error(tiny, data, tmp_path, caps
     assert not (tmp_path / "o").exists()
 
 
-def _attempt(index: int, latency: float | None, workload: str = "w") -> Attempt:
+def _attempt(index: int, latency: float | None, workload: str = "w", sample: int = 0) -> Attempt:
     e = (Evaluation(workload, "cpu", OK, latencies=(latency,) * 3, reference_latency=1.0) if latency
          else Evaluation(workload, "cpu", "apply", "no such block"))
-    return Attempt("test", index, 0, "construction", workload, "n", "script", e)
+    return Attempt("test", index, sample, "construction", workload, "n", "script", e)
 
 
 def test_compare_counts_wins_beyond_the_threshold_with_a_sign_test():
@@ -214,3 +214,15 @@ def test_compare_also_counts_workloads_won_and_lost_where_prompts_share_one():
         (total.workloads_won, total.workloads_lost, total.workload_p)
     assert "by workload won 1, lost 1, p = 1" in ModelComparison(0.05, 7, (row, total)).text()
     assert ModelComparison.from_json(ModelComparison(0.05, 7, (row, total)).to_json()).rows == (row, total)
+
+
+def test_compare_pairs_several_attempts_at_one_prompt_sample_by_sample():
+    a = [_attempt(0, 1.0, sample=s) for s in range(3)]
+    b = [_attempt(0, 1.0, sample=s) for s in (2, 0, 1)]
+    timings = [PairTiming("test", 0, "construction", math.log(c), 0.0, s) for s, c in ((0, 0.5), (1, 1.0), (2, 2.0))]
+    row, _ = compare(a, b, timings, threshold=0.05)
+    assert (row.prompts, row.wins, row.losses, row.ties) == (3, 1, 1, 1)
+    # a comparison written before samples were paired reads as sample 0
+    old = ModelComparison(0.05, 1, (row,), (timings[0],)).to_json()
+    del old["timings"][0]["sample"]
+    assert ModelComparison.from_json(old).timings == (timings[0],)

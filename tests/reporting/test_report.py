@@ -396,6 +396,8 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         assert len(together) == 2 and all(len(d["latencies"][llm_name]) == 3 and
                                           len(d["latencies"]["metaschedule@4"]) == 3 for d in together)
         assert [r.task for r in report.rl_vs_sft.rows] == ["construction", "refinement", "all"]
+        # every attempt paired, sample by sample (compared_draws 4 > best_of 3 and k 2): 2 workloads' prompts
+        assert [r.prompts for r in report.rl_vs_sft.rows] == [2 * 3, 2 * 2, 10]
         assert report.audit.round_trip_failures == () and report.audit.decoded > 0
         assert set(report.turns) == {"sft", "rl"} and report.seeded_search.trials == 2
         seeded = report.baselines[report.seeded_search.system].vs_metaschedule  # at 2 trials, against 2 and 4
