@@ -259,18 +259,20 @@ def _trainer_class(constraint, anchor: float = 0.0):
                     logits = model(input_ids=input_ids[start:end], attention_mask=attention_mask[start:end],
                                    use_cache=False).logits
                 logits = logits[:, -logits_to_keep - 1:-1].float() / self.temperature
-                ids = among[start:end].to(logits.device)
-                offered = ids >= 0
-                ended = ~offered.any(-1)  # the sequence had ended (padding, outside the loss): any token
-                legal = logits.gather(-1, ids.clamp(min=0)).masked_fill(~offered, -torch.inf)
-                everything = torch.logsumexp(logits, -1)
-                norm = torch.where(ended, everything, torch.logsumexp(legal, -1))
                 targets = input_ids[start:end, -logits_to_keep:]
+                ids = among[start:end].to(logits.device)
+                # where the sequence had ended (padding, outside the loss) it was among its pad token
+                # alone: every position keeps a finite softmax, so no NaN reaches a gradient
+                ended = (ids < 0).all(-1, keepdim=True)
+                ids = torch.cat([torch.where(ended, targets.unsqueeze(-1), ids[..., :1]), ids[..., 1:]], -1)
+                offered = ids >= 0
+                legal = logits.gather(-1, ids.clamp(min=0)).masked_fill(~offered, -torch.inf)
+                norm = torch.logsumexp(legal, -1)
                 logps.append(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - norm)
-                masses.append(norm - everything)
+                masses.append(norm - torch.logsumexp(logits, -1))
                 if compute_entropy:
-                    log_p = legal - norm.unsqueeze(-1)
-                    entropies.append(-torch.where(offered, log_p.exp() * log_p, 0.0).sum(-1))
+                    log_p = (legal - norm.unsqueeze(-1)).masked_fill(~offered, 0.0)
+                    entropies.append(-(log_p.exp() * log_p).sum(-1))
             logps, masses = torch.cat(logps), torch.cat(masses)
             if self._forwards is not None:
                 self._forwards.append((logps, masses))

@@ -124,6 +124,17 @@ def test_constrained_grpo_takes_log_probabilities_over_what_each_draw_was_among(
     masked = logits.masked_fill(~dense, -torch.inf).log_softmax(-1).gather(-1, batch["completion_ids"].unsqueeze(-1))
     assert torch.allclose(constrained[written], masked.squeeze(-1)[written], atol=1e-5)
     assert (plain[forced] < -1e-3).any()  # unrenormalised, the forced tokens would carry a gradient
+    # an ended sequence's positions (padding) are outside the loss, but no NaN from them reaches a gradient
+    among = batch["among"].clone()
+    among[0, length // 2:] = -1
+    trainer._among = among
+    logps, entropy, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, length,
+                                                                   compute_entropy=True)
+    (logps.sum() + entropy.sum() + trainer._log_mass.sum()).backward()
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in trainer.model.parameters())
+    assert logps[0, length // 2:].eq(0).all() and torch.isfinite(trainer._log_mass).all()
+    trainer.model.zero_grad()
+    assert all(math.isfinite(d["grad_norm"]) for d in run.log if "grad_norm" in d)
     # the anchor: the reference's legal mass came with the batch, the policy's with the loss, both logged
     assert batch["ref_log_mass"].shape == written.shape and (batch["ref_log_mass"][written] <= 1e-6).all()
     (logged,) = [d for d in run.log if "legal_mass_kl" in d]
