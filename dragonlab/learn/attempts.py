@@ -148,7 +148,8 @@ def sample_and_evaluate(model, tokenizer, evaluator: Evaluator, dataset, workloa
     example."""
     if split not in dataset:
         raise InputError(f"the dataset has no {split!r} split (it has {', '.join(dataset)})")
-    rows = (per_workload(dataset[split], refinement_per_workload, construction_per_workload) if refinement_per_workload is not None
+    rows = (per_workload(dataset[split], refinement_per_workload, construction_per_workload)
+            if refinement_per_workload is not None
             else [dict(row, index=i) for i, row in enumerate(dataset[split])])[:limit]
     todo = pending(rows, split, out)
     with ModelWriter(model, tokenizer, temperature=temperature, max_new_tokens=max_new_tokens,

@@ -103,7 +103,7 @@ class ModelComparison:
 
     def text(self, a: str = "A", b: str = "B") -> str:
         return (f"noise threshold {self.threshold:.1%}: {a}'s kernel against itself, timed side by side with "
-                f"{b}'s on {self.retimed} prompts\n{format_comparison(list(self.rows), a, b)}")
+                f"{b}'s on {self.retimed} pairs\n{format_comparison(list(self.rows), a, b)}")
 
 
 def geomean(xs) -> float | None:
@@ -158,8 +158,9 @@ def _pairs(a: list[Attempt], b: list[Attempt]) -> list[tuple[Attempt, Attempt]]:
     return [(by_key[_key(y)], y) for y in b if _key(y) in by_key]
 
 
-def _key(attempt) -> tuple[str, int, int]:
-    return attempt.split, attempt.index, attempt.sample
+def _key(x) -> tuple[str, int, int]:
+    """What pairs an Attempt with the other model's, and with its PairTiming."""
+    return x.split, x.index, x.sample
 
 
 def noise_threshold(timings: Sequence[PairTiming], quantile: float = 0.95) -> float:
@@ -172,10 +173,10 @@ def noise_threshold(timings: Sequence[PairTiming], quantile: float = 0.95) -> fl
 
 def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], threshold: float,
             reward_config: RewardConfig = RewardConfig()) -> list[Comparison]:
-    """Per task and overall, B against A; attempts are paired by (split, index), latencies
+    """Per task and overall, B against A; attempts are paired by (split, index, sample), latencies
     compared by `timings` (`time_pairs`), beyond `threshold`."""
     pairs = _pairs(a, b)
-    change = {(t.split, t.index, t.sample): t.change for t in timings}
+    change = {_key(t): t.change for t in timings}
     out = []
     for task in sorted({x.task for x, _ in pairs}) + ["all"]:
         group = [(x, y) for x, y in pairs if task in ("all", x.task)]
