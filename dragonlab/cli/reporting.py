@@ -19,8 +19,8 @@ def add_compare(sub, name: str, help: str):
     c = command(sub, name, help,
                 description="One attempt per prompt and model under a fixed seed, judged by one evaluator; where both "
                             "are correct, the two kernels timed again side by side (A, B, A again, three rounds), "
-                            "the noise threshold being A's kernel against itself; wins, losses and ties, with a "
-                            "sign test.")
+                            "the noise threshold being A's kernel against itself; wins, losses and ties, with sign "
+                            "tests over prompts and over workloads won and lost.")
     c.add_argument("--a", type=Path, required=True, help="the baseline model directory (e.g. runs/demo/sft/model)")
     c.add_argument("--b", type=Path, required=True, help="the challenger model directory (e.g. runs/demo/rl/model)")
     c.add_argument("--data", type=Path, required=True, help="a directory written by `dataset build`")
