@@ -17,10 +17,11 @@ from dragonlab.cli.options import Command, UsageError, command, config_from, num
 
 def add_compare(sub, name: str, help: str):
     c = command(sub, name, help,
-                description="One attempt per prompt and model under a fixed seed, judged by one evaluator; where both "
-                            "are correct, the two kernels timed again side by side (A, B, A again, three rounds), "
-                            "the noise threshold being A's kernel against itself; wins, losses and ties, with sign "
-                            "tests over prompts and over workloads won and lost.")
+                description="--draws attempts per prompt and model under a fixed seed, judged by one evaluator; "
+                            "where both of a pair (the same prompt and draw) are correct, the two kernels timed "
+                            "again side by side (A, B, A again, three rounds), the noise threshold being A's kernel "
+                            "against itself; wins, losses and ties, with sign tests over pairs and over workloads "
+                            "won and lost.")
     c.add_argument("--a", type=Path, required=True, help="the baseline model directory (e.g. runs/demo/sft/model)")
     c.add_argument("--b", type=Path, required=True, help="the challenger model directory (e.g. runs/demo/rl/model)")
     c.add_argument("--data", type=Path, required=True, help="a directory written by `dataset build`")
@@ -31,9 +32,9 @@ def add_compare(sub, name: str, help: str):
     c.add_argument("--per-workload", type=int, default=None, metavar="R",
                    help="only one construction prompt per workload and its first R refinement prompts, as the "
                         "report takes them (default: every example)")
-    c.add_argument("--construction-draws", type=int, default=1, metavar="C",
-                   help="with --per-workload: C attempts at each workload's construction prompt (its first C "
-                        "construction examples, which share it), for power where workloads are few")
+    c.add_argument("--draws", type=int, default=1, metavar="N",
+                   help="attempts per prompt and model, sample i of A paired with sample i of B: power where "
+                        "prompts are few")
     c.add_argument("--constrained", action="store_true", help="constrained decoding for both models")
     c.add_argument("--out", type=Path, required=True, help="directory for both models' attempts (appended)")
     c.set_defaults(run=compare)
@@ -49,9 +50,7 @@ def compare(args) -> int:
 
     if args.per_workload is not None:
         require("--per-workload", args.per_workload, ">= 0")
-    require("--construction-draws", args.construction_draws, "> 0")
-    if args.construction_draws > 1 and args.per_workload is None:
-        raise UsageError("--construction-draws needs --per-workload (without it every example is attempted)")
+    require("--draws", args.draws, "> 0")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dsd, workloads = dataset.load(args.data)
     splits = [s for s in args.split if s in dsd]
@@ -75,9 +74,9 @@ def _attempts(args, name: str, path: Path, evaluator, dsd, workloads, splits: li
 
     model, tokenizer = models.load(path)
     judged = [a for split in splits for a in sample_and_evaluate(
-        model, tokenizer, evaluator, dsd, workloads, split=split, n=1, temperature=args.temperature,
+        model, tokenizer, evaluator, dsd, workloads, split=split, n=args.draws, temperature=args.temperature,
         limit=args.limit, out=args.out / f"attempts-{name}.jsonl", seed=args.seed, constrained=args.constrained,
-        refinement_per_workload=args.per_workload, construction_per_workload=args.construction_draws)]
+        refinement_per_workload=args.per_workload)]
     print(f"{name} = {path}\n{format_summary(summary(judged))}\n")
     return judged
 

@@ -119,15 +119,14 @@ class ModelWriter:
         self.close()
 
 
-def per_workload(rows, refinement: int | None, construction: int = 1) -> list[dict]:
+def per_workload(rows, refinement: int | None) -> list[dict]:
     """One construction prompt per workload (a workload's construction rows share it) and its
     first `refinement` refinement prompts (None: all), each row with its "index" in `rows`: every
-    workload weighs alike, as in the report. `construction` > 1 takes a workload's first that
-    many construction rows: one attempt at each is that many draws at its prompt."""
+    workload weighs alike, as in the report. More draws at a prompt are more samples (n)."""
     taken: Counter = Counter()
     out = []
     for i, row in enumerate(rows):
-        cap = refinement if row["task"] == REFINEMENT else construction
+        cap = refinement if row["task"] == REFINEMENT else 1
         if cap is None or taken[(row["task"], row["workload"])] < cap:
             taken[(row["task"], row["workload"])] += 1
             out.append(dict(row, index=i))
@@ -138,30 +137,50 @@ def sample_and_evaluate(model, tokenizer, evaluator: Evaluator, dataset, workloa
                         split: str = "test", n: int = 4, temperature: float = 0.8, max_new_tokens: int = 512,
                         limit: int | None = None, batch_size: int = 8, out: str | os.PathLike | None = None,
                         seed: int = 0, progress: bool = True, constrained: bool = False,
-                        refinement_per_workload: int | None = None,
-                        construction_per_workload: int = 1) -> list[Attempt]:
+                        refinement_per_workload: int | None = None) -> list[Attempt]:
     """n attempts at each example of `dataset[split]` (the first `limit`), generated, judged and
     appended to `out` (a JSON-lines file) example by example; attempts already there are kept.
     `constrained`: generate with `dragonlab.learn.constrain` (every script decodes and applies).
     `refinement_per_workload`: only one construction prompt per workload and this many of its
-    refinement prompts (`per_workload`; `construction_per_workload` construction rows); None: every
-    example."""
+    refinement prompts (`per_workload`); None: every example."""
     if split not in dataset:
         raise InputError(f"the dataset has no {split!r} split (it has {', '.join(dataset)})")
-    rows = (per_workload(dataset[split], refinement_per_workload, construction_per_workload)
+    rows = (per_workload(dataset[split], refinement_per_workload)
             if refinement_per_workload is not None
             else [dict(row, index=i) for i, row in enumerate(dataset[split])])[:limit]
-    todo = pending(rows, split, out)
+    todo = pending(rows, split, out, n)
     with ModelWriter(model, tokenizer, temperature=temperature, max_new_tokens=max_new_tokens,
                      batch_size=batch_size, rows=todo, workloads=workloads, constrained=constrained) as writer:
         return write_and_evaluate(writer, evaluator, rows, workloads, split=split, n=n, out=out, seed=seed,
                                   per_batch=max(1, batch_size // n), progress=progress)
 
 
-def pending(rows: list[dict], split: str, out: str | os.PathLike | None) -> list[dict]:
-    """The rows (with their "index") that the attempts file `out` holds no attempts for yet."""
-    have = {(a.split, a.index) for a in read_attempts(out)} if out and Path(out).exists() else set()
-    return [row for row in rows if (split, row["index"]) not in have]
+def pending(rows: list[dict], split: str, out: str | os.PathLike | None, n: int) -> list[dict]:
+    """The rows (with their "index") that the attempts file `out` does not hold all n attempts for."""
+    have = judged(out, split, rows, n)
+    return [row for row in rows if row["index"] not in have]
+
+
+def judged(out: str | os.PathLike | None, split: str, rows: list[dict], n: int) -> dict[int, list[Attempt]]:
+    """The attempts file's n attempts (samples 0..n-1) at each of `rows` (examples of `split`,
+    with their "index") that has them all, the last line of a sample winning: an example with
+    fewer (its batch cut short by a kill, or a run that asked for fewer) is written again whole,
+    and its new lines win. An example with a sample numbered n or more
+    was written by a run that asked for more attempts per example; it is refused, naming the
+    file, rather than mixed with this one."""
+    if not out or not Path(out).exists():
+        return {}
+    indices = {row["index"] for row in rows}
+    latest = {(a.index, a.sample): a for a in read_attempts(out) if a.split == split and a.index in indices}
+    over = sorted(index for index, sample in latest if sample >= n)
+    if over:
+        raise InputError(f"{out}: example {over[0]} of {split!r} has an attempt numbered "
+                         f"{max(s for i, s in latest if i == over[0])}, so it was written with more than the {n} "
+                         f"attempts per example asked for now; write to a new file")
+    by_index: dict[int, list[Attempt]] = {}
+    for (index, _), a in sorted(latest.items()):
+        by_index.setdefault(index, []).append(a)
+    return {index: group for index, group in by_index.items() if len(group) == n}
 
 
 def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads: dict[str, Workload], *,
@@ -169,13 +188,11 @@ def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads
                        progress: bool = True) -> list[Attempt]:
     """n attempts by `writer` (anything with `write(prompts, n=, seed=)`: a `ModelWriter`, an
     `llm.ChatModel`) at each row (a dataset row with its "index" in `split`), judged and appended
-    to `out` batch by batch; rows `out` already holds are not attempted again. The seed of a
+    to `out` batch by batch; rows `out` already holds n attempts for are not attempted again. The seed of a
     batch is `seed` + its first row's index, so a resumed run writes what an unbroken one would."""
-    done = [a for a in read_attempts(out) if a.split == split] if out and Path(out).exists() else []
-    indices = {row["index"] for row in rows}
-    attempts = [a for a in done if a.index in indices]
-    have = {a.index for a in done}
-    todo = [row for row in rows if row["index"] not in have]
+    done = judged(out, split, rows, n)
+    attempts = [a for row in rows for a in done.get(row["index"], [])]
+    todo = [row for row in rows if row["index"] not in done]
     chunks = [todo[start:start + per_batch] for start in range(0, len(todo), per_batch)]
     with progress_bar(total=len(rows), initial=len(rows) - len(todo), unit="example",
                       desc=f"attempts ({split})", progress=progress) as bar, ThreadPoolExecutor(1) as judge:

@@ -175,14 +175,14 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
     """The model's attempts at every task, judged (`attempts.jsonl`, resumed), and the wall time
     they took (None when they were resumed)."""
     from dragonlab.evaluation.evaluate import Evaluation
-    from dragonlab.learn.attempts import Attempt, ModelWriter, pending, read_attempts, write_and_evaluate
+    from dragonlab.learn.attempts import Attempt, ModelWriter, judged, pending, write_and_evaluate
     from dragonlab.learn.prompts import CONSTRUCTION, construction_prompt, kernel_text
 
     path, times = out / "attempts.jsonl", out / "seconds.jsonl"
     by_key = {w.key: w for w in workloads}
     rows = [{"prompt": construction_prompt(kernel_text(w, config.prompt_form), spec.name), "workload": w.key,
              "task": CONSTRUCTION, "index": i, "name": w.name} for i, w in enumerate(workloads)]
-    todo = pending(rows, SPLIT, path)
+    todo = pending(rows, SPLIT, path, config.attempts)
     if todo:
         from dragonlab.learn import models
 
@@ -206,7 +206,7 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
         if len(todo) + len(full) == len(rows):  # a resumed run's wall time is unknown
             append_lines(times, [{"system": DRAGON, "seconds": time.monotonic() - start}])
     seconds = dict(read_lines(times, lambda d: (d["system"], d["seconds"]))) if times.exists() else {}
-    return [a for a in read_attempts(path) if a.split == SPLIT], seconds.get(DRAGON)
+    return [a for group in judged(path, SPLIT, rows, config.attempts).values() for a in group], seconds.get(DRAGON)
 
 
 def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, trials: int, config: TuneConfig,

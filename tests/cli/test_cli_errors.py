@@ -82,10 +82,10 @@ def test_per_workload_refuses_a_negative_count_before_loading_anything(tmp_path,
 
 
 @pytest.mark.parametrize("flags, error", [
-    (["--per-workload", "2", "--construction-draws", "0"], "--construction-draws must be positive, got 0"),
-    (["--construction-draws", "4"], "--construction-draws needs --per-workload"),
+    (["--per-workload", "2", "--draws", "0"], "--draws must be positive, got 0"),
+    (["--draws", "-1"], "--draws must be positive, got -1"),
 ])
-def test_compare_refuses_construction_draws_it_cannot_take(tmp_path, capsys, flags, error):
+def test_compare_refuses_draws_it_cannot_take(tmp_path, capsys, flags, error):
     out = tmp_path / "out"
     assert main(["compare", "--a", "a", "--b", "b", "--data", str(tmp_path / "missing"), "--out", str(out),
                  *flags]) == 2

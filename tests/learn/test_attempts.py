@@ -4,6 +4,9 @@ builds, never its timing."""
 import threading
 import time
 
+import pytest
+
+from dragonlab.core.errors import InputError
 from dragonlab.evaluation.config import EvalConfig
 from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.learn.attempts import read_attempts, write_and_evaluate
@@ -54,3 +57,32 @@ def test_no_kernel_is_timed_while_the_writer_writes(quick, tmp_path):
         for w0, w1 in writer.spans:
             assert t1 <= w0 or t0 >= w1, "a kernel was timed while the writer wrote"
     assert any(thread != threading.main_thread().name for *_, thread in timed)  # judged beside the writer
+
+
+def test_a_resumed_file_gives_every_example_the_attempts_asked_for(quick, tmp_path):
+    """An attempts file resumed with more attempts per example, or with an example's batch cut
+    short by a kill, gets those examples written again whole (their new lines win); one written
+    with more attempts than asked is refused, naming the file, and left as it was."""
+    w = quick["matmul"]
+    writer = SlowWriter([forms(s.sch.trace).script for s in sample_traces(w, "cpu", n=3, seed=1)])
+    rows = [{"index": i, "prompt": f"prompt {i}", "task": CONSTRUCTION, "workload": w.key, "name": w.name}
+            for i in range(2)]
+    out = tmp_path / "attempts.jsonl"
+    with Evaluator("cpu", EvalConfig(workers=1)) as evaluator:
+        def attempts(n):
+            return write_and_evaluate(writer, evaluator, rows, {w.key: w}, split="test", n=n, out=out,
+                                      progress=False)
+
+        assert [(a.index, a.sample) for a in attempts(1)] == [(0, 0), (1, 0)]
+        again = attempts(2)
+        assert [(a.index, a.sample) for a in again] == [(i, s) for i in range(2) for s in range(2)]
+        assert len(read_attempts(out)) == 2 + 4  # append-only: the first lines stay
+        assert len(writer.spans) == 4  # one batch per example, each written again
+        lines = out.read_text().splitlines(keepends=True)
+        out.write_text("".join(lines[:-1]))  # example 1's second attempt lost to a kill
+        assert [(a.index, a.sample) for a in attempts(2)] == [(i, s) for i in range(2) for s in range(2)]
+        assert len(writer.spans) == 5, "only example 1 is written again"
+        before = out.read_bytes()
+        with pytest.raises(InputError, match=rf"{out}: example 0 of 'test' has an attempt numbered 1"):
+            attempts(1)
+        assert out.read_bytes() == before

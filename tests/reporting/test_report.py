@@ -329,9 +329,8 @@ def test_held_out_rows_take_one_construction_prompt_per_workload():
     picked = held_out_rows({"test": rows}, ReportConfig(splits=("test", "test_family"), refinement_per_workload=2))
     assert [(r["task"], r["workload"], r["index"]) for r in picked["test"]] == [
         ("construction", "a", 0), ("refinement", "a", 3), ("refinement", "a", 4), ("construction", "b", 6)]
-    # several draws at a workload's construction prompt: its first construction rows, each once
-    assert [(r["task"], r["workload"], r["index"]) for r in per_workload(rows, 1, construction=2)] == [
-        ("construction", "a", 0), ("construction", "a", 1), ("refinement", "a", 3), ("construction", "b", 6)]
+    assert [(r["task"], r["index"]) for r in per_workload(rows, None)] == [
+        ("construction", 0), ("refinement", 3), ("refinement", 4), ("refinement", 5), ("construction", 6)]
 
 
 @pytest.fixture
