@@ -19,10 +19,10 @@ The protocol (the paper's "RL kernels faster than SFT's on 88 of 102 tasks"):
    bootstrap 95% interval (`geomean_interval`, which the report's other geomeans use too),
    per-attempt correctness and mean shaped reward of both models, and the prompts where only
    one model's kernel is correct.
-5. Prompts of one workload share its kernel, so their verdicts are not independent (several
-   construction draws per workload, or a workload's refinement prompts). Beside the per-prompt
-   test, a workload is *won* when B's wins there outnumber its losses, *lost* when the other way
-   round, and a sign test over won and lost workloads gives `workload_p`.
+5. Pairs of one workload share its kernel, so their verdicts are not independent (several
+   draws at a prompt, or a workload's refinement prompts). Beside the per-pair test, a
+   workload is *won* when B's wins there outnumber its losses, *lost* when the other way round,
+   and a sign test over won and lost workloads gives `workload_p`.
 
 `compare_models` is the whole protocol after sampling (the report's RL vs SFT, `dragonlab compare`,
 notebook 05):
