@@ -81,12 +81,39 @@ def test_a_missing_campaign_file_is_a_usage_error(tmp_path, capsys):
     assert "none.toml: no such campaign file" in _one_error(capsys)
 
 
+@pytest.mark.parametrize("name", ["quick", "standard", "paper"])
+def test_the_printed_commands_train_with_every_setting_of_the_file(name):
+    """`dragonlab sft`, `rl` and `report` as the plan prints them, parsed by dragonlab's own
+    parser, give the file's settings (one left out would train or judge something else)."""
+    import shlex
+
+    from dragonlab.cli.app import build_parser
+    from dragonlab.cli.options import config_from
+    from dragonlab.evaluation.reward import RewardConfig
+    from dragonlab.learn.rl import RLConfig
+    from dragonlab.learn.sft import SFTConfig
+    from dragonlab.reporting.config import ReportConfig
+
+    c = campaign.load(CAMPAIGNS / f"{name}.toml")
+    argv = {}
+    for stage in ("sft", "rl", "report"):
+        words = shlex.split(next(line for line in campaign.plan(c) if f" {stage} --" in line))
+        argv[stage] = words[words.index(stage):]
+    sft = build_parser(argv["sft"]).parse_args(argv["sft"])
+    rl = build_parser(argv["rl"]).parse_args(argv["rl"])
+    assert config_from(SFTConfig, sft) == campaign.sft_config(c)
+    assert config_from(RLConfig, rl, reward=config_from(RewardConfig, rl, skip=RewardConfig.LADDER)) == \
+        campaign.rl_config(c)
+    report = build_parser(argv["report"]).parse_args(argv["report"])
+    assert config_from(ReportConfig, report) == campaign.report_config(c)
+
+
 def test_a_campaign_other_than_quick_prints_its_commands_and_exits_2(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["campaign", "--config", "campaigns/paper.toml"]) == 2
     captured = capsys.readouterr()
     assert ("accelerate launch --config_file configs/accelerate/fsdp-8b-lora.yaml -m dragonlab.cli sft "
-            "--preset /models/Llama-3.1-8B") in captured.out
+            "--data runs/paper/dataset --out runs/paper/sft --preset /models/Llama-3.1-8B") in captured.out
     assert "--shard I/8" in captured.out
     assert "only --dry-run is implemented for this campaign" in captured.err
 

@@ -7,12 +7,14 @@ output marks every figure with where it came from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import shlex
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from dragonlab.cli.campaign.dryrun import Check
 from dragonlab.cli.campaign.file import (Campaign, collect_config, dataset_config, load, report_config, rl_config,
                                          sft_config, written)
+from dragonlab.learn.sft import SFTConfig
 
 QUICK = Path(__file__).resolve().parents[3] / "campaigns" / "quick.toml"  # what `dragonlab demo` runs
 
@@ -135,7 +137,7 @@ def format_estimate(c: Campaign, rows: list[Row], checks: list[Check]) -> str:
 
 def plan(c: Campaign) -> list[str]:
     """The commands the campaign runs, stage by stage (comments start with #)."""
-    col, s, r, rep = c.collect, c.sft, rl_config(c), report_config(c)
+    col, s = c.collect, c.sft
     records, out = col.records or f"{c.out}/records", c.out
     cmd = (f"dragonlab collect --suite {col.suite} --target {col.target} --trials {col.trials} "
            f"--per-round {col.trials_per_round} --seed {col.seed}")
@@ -156,21 +158,27 @@ def plan(c: Campaign) -> list[str]:
     lines += ["# dataset", f"dragonlab dataset build --records {records} --out {out}/dataset{options}"]
     launch = f"accelerate launch --config_file {s.accelerate_config} -m dragonlab.cli" if s.accelerate_config \
         else "dragonlab"
+    # every setting the file gives the stage, so the commands train what the file describes
+    sft_flags = _flags({k: v for k, v in written(c, "sft").items() if k in {f.name for f in fields(SFTConfig)}})
     lines += [f"# sft and rl on {s.processes} process(es)",
-              f"{launch} sft --preset {s.preset} --data {out}/dataset --out {out}/sft --max-steps {s.max_steps} "
-              f"--batch-size {s.batch_size} --learning-rate {s.learning_rate:g} --max-length "
-              f"{sft_config(c).max_length}",
-              f"{launch} rl --from {out}/sft --data {out}/dataset --out {out}/rl --max-steps {r.max_steps} "
-              f"--learning-rate {r.learning_rate:g} --num-generations {r.num_generations} --prompts-per-step "
-              f"{r.prompts_per_step} --beta {r.beta:g} --temperature {r.temperature:g} --generation "
-              f"{r.generation}" + (" --constrained" if r.constrained else ""),
+              f"{launch} sft --data {out}/dataset --out {out}/sft{sft_flags}",
+              f"{launch} rl --from {out}/sft --data {out}/dataset --out {out}/rl{_flags(written(c, 'rl'))}",
               "# report",
-              f"dragonlab report --run {out} --k {rep.k} --budgets {' '.join(map(str, rep.budgets))} --turns "
-              f"{rep.turns} --refinement-per-workload {rep.refinement_per_workload}"
-              + (f" --best-of {rep.best_of}" if rep.best_of else "")
-              + (f" --seeded-budget {rep.seeded_budget}" if rep.seeded_budget else "")
-              + (" --constrained" if rep.constrained else "")]
+              f"dragonlab report --run {out}{_flags(written(c, 'report'))}"]
     return lines
+
+
+def _flags(settings: dict) -> str:
+    """Settings as the flags of the command whose config they are (`--max-steps 240`; a switch
+    as `--constrained true`, a tuple as its items)."""
+    def text(v) -> str:
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, (tuple, list)):
+            return " ".join(map(text, v))
+        return shlex.quote(f"{v:g}" if isinstance(v, float) else str(v))
+
+    return "".join(f" --{k.replace('_', '-')} {text(v)}" for k, v in settings.items())
 
 
 def demo_options(c: Campaign) -> dict | None:
