@@ -72,6 +72,8 @@ def claim(out: Path, config, data, **extra) -> None:
         added = {f.name: f.default for f in fields(config)
                  if f.name not in old["config"] and f.default is not MISSING}  # by a newer dragonlab
         old = {**old, "config": {**old["config"], **json.loads(json.dumps(added))}}
+        # what an older dragonlab did not record (a model's digest) is taken as this run's
+        old = {**{k: v for k, v in run.items() if k not in old}, **old}
         if old != run:
             raise InputError(f"{out} holds another run ({meta} differs: {_diff(old, run)}); "
                                   "choose a new --out or rerun with the same settings to resume")
@@ -83,8 +85,13 @@ def claim(out: Path, config, data, **extra) -> None:
 
 
 def _diff(old: dict, new: dict) -> str:
-    flat = lambda d: {**{f"config.{k}": v for k, v in d["config"].items()},  # noqa: E731
-                      **{k: v for k, v in d.items() if k != "config"}}
+    """The settings that differ, each by its dotted name (`config.k`, `digests.rl`)."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and v else {f"{prefix}{k}": v})
+        return out
+
     a, b = flat(old), flat(new)
     return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
 

@@ -210,6 +210,26 @@ def merge(path: str | Path, out: str | Path) -> Path:
     return save(model, tokenizer, Path(out))
 
 
+WEIGHTS = (".safetensors", ".bin", ".json", ".model", ".txt")  # what loading a model directory reads
+
+
+def digest(path: str | Path) -> str:
+    """SHA-256 over what loading the model directory reads (weights, configs, tokenizer: its top
+    level files of those kinds, by name; not `run.json`, a log or a README): two directories with
+    the same digest write the same scripts. A run that is resumed across sessions or machines
+    checks it, so another model put at the same path is refused instead of mixed in."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(p for p in Path(path).iterdir() if p.is_file() and p.suffix in WEIGHTS and p.name != "run.json"):
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
 def load(path: str | Path, *, trainable: bool = False):
     """(model, tokenizer) from a directory written by `save`, or any local Hugging Face checkpoint.
     `trainable` leaves a LoRA adapter's weights trainable and the model in training mode."""

@@ -303,7 +303,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
         raise InputError(f"{data}: the dataset has no train split")
     model, tokenizer = models.load(source, trainable=True)
     with main_first():
-        claim(out, config, data, source=str(source.resolve()))
+        claim(out, config, data, source=str(source.resolve()), digest=models.digest(source))
     if (out / "model").is_dir():  # this run finished before: nothing to train
         log = read_log(out / "log.jsonl")
         return RLRun(out, out / "model", max((d.get("step", 0) for d in log), default=0), None, log)

@@ -112,7 +112,8 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     held = list(dict.fromkeys(r["workload"] for split in rows.values() for r in split))
     systems = model_systems(run)
     # A report resumes only with the settings it was started with (its files hold k attempts each, ...)
-    claim(out, config, run / "dataset", models={n: str(p.resolve()) for n, p in systems.items()})
+    claim(out, config, run / "dataset", models={n: str(p.resolve()) for n, p in systems.items()},
+          digests={n: models.digest(p) for n, p in systems.items()})
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
     attempts: dict[str, list[Attempt]] = {}

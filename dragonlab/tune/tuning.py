@@ -137,7 +137,10 @@ def tune(network: Network, out, *, dragon, target: str = "cpu", config: TuneConf
     workloads = network.workloads(spec.tvm())
     if not workloads:
         raise InputError(f"{network.name}: TVM extracts no tuning task from it")
-    claim(out, config, dragon, network=network.name, target=spec.name, tasks=[w.key for w in workloads])
+    from dragonlab.learn.models import digest
+
+    claim(out, config, dragon, network=network.name, target=spec.name, tasks=[w.key for w in workloads],
+          digest=digest(dragon))
     with Evaluator(spec, EvalConfig(measure=config.measure, seed=config.seed)) as evaluator:
         attempts, dragon_seconds = _dragon(workloads, spec, out, dragon, evaluator, config, progress)
         chosen = {DRAGON: _best_attempts(attempts)}

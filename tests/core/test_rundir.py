@@ -30,3 +30,14 @@ def test_a_field_added_since_the_run_began_resumes_at_its_default_only(tmp_path)
     with pytest.raises(InputError, match=r"config.subset: None -> 30"):
         claim(run, Config(subset=30), tmp_path)
     assert json.loads((run / "run.json").read_text())["config"] == {"steps": 10}  # nothing rewritten
+
+
+def test_a_run_is_resumed_only_with_what_fixed_it_and_an_older_run_json_lacks_nothing(tmp_path):
+    out = tmp_path / "run"
+    claim(out, Config(), tmp_path, digests={"rl": "abc"})
+    claim(out, Config(), tmp_path, digests={"rl": "abc"})  # the same: a resume
+    with pytest.raises(InputError, match=r"digests\.rl: 'abc' -> 'abd'"):
+        claim(out, Config(), tmp_path, digests={"rl": "abd"})
+    older = tmp_path / "older"
+    claim(older, Config(), tmp_path)  # written before digests were recorded
+    claim(older, Config(), tmp_path, digests={"rl": "abd"})

@@ -32,3 +32,21 @@ def test_the_shipped_model_writes_kernels_that_the_evaluator_finds_correct(data,
     assert len(attempts) == 4 and {a.task for a in attempts} == {"construction", "refinement"}
     assert all(a.ending == "eos" for a in attempts)
     assert all(a.evaluation.correct for a in attempts), [(a.name, a.evaluation.stage) for a in attempts]
+
+
+def test_a_model_digest_follows_the_weights_and_tokenizer_not_the_notes(tmp_path):
+    import shutil
+
+    from dragonlab.learn.models import digest
+
+    copy = tmp_path / "model"
+    shutil.copytree(SHIPPED, copy)
+    assert digest(copy) == digest(SHIPPED)
+    (copy / "README.md").write_text("another note")
+    (copy / "run.json").write_text("{}")
+    assert digest(copy) == digest(SHIPPED)
+    for name in ("model.safetensors", "tokenizer.json"):
+        original = (copy / name).read_bytes()
+        (copy / name).write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+        assert digest(copy) != digest(SHIPPED), name
+        (copy / name).write_bytes(original)

@@ -335,11 +335,15 @@ def test_held_out_rows_take_one_construction_prompt_per_workload():
 
 @pytest.fixture
 def run_dir(tmp_path, data, tiny):
-    """A run directory with the tiny model as both SFT and RL (the report needs models, not good ones)."""
+    """A run directory with the tiny model as both SFT and RL (the report needs models, not good
+    ones), RL's a copy (a test changes its weights)."""
+    import shutil
+
     run = tmp_path / "run"
     for name in ("sft", "rl"):
         (run / name).mkdir(parents=True)
-        (run / name / "model").symlink_to(tiny[0].model_dir)
+    (run / "sft" / "model").symlink_to(tiny[0].model_dir)
+    shutil.copytree(tiny[0].model_dir, run / "rl" / "model")
     (run / "dataset").symlink_to(data)
     return run
 
@@ -356,7 +360,8 @@ def _renders_in_chromium(page: Path, figures: int, tmp_path: Path) -> None:
     assert rendered.figures == figures >= 4 and rendered.tables >= 8 and shot.stat().st_size > 20_000
 
 
-def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook_kernel, monkeypatch, tmp_path):
+def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook_kernel, monkeypatch, tmp_path,
+                                                         capsys):
     import datasets
 
     monkeypatch.setenv("TQDM_DISABLE", "1")
@@ -421,5 +426,13 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         assert len(written) == 2 * (3 + 2)  # workloads x (best_of + k)
         # Other settings would mix with what is there: refused, nothing written.
         assert main(args[:3] + ["--k", "3"] + args[5:]) == 2
+        assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
+        # Another RL model at the same path (retrained, or restored on another machine): refused too.
+        weights = run_dir / "rl" / "model" / "model.safetensors"
+        original = weights.read_bytes()
+        weights.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+        assert main(args) == 2
+        assert "digests.rl: " in capsys.readouterr().err
+        weights.write_bytes(original)
         assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
     _renders_in_chromium(run_dir / "report" / "report.html", html.count("Plotly.newPlot"), tmp_path)  # last: may skip
