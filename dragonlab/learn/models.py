@@ -210,7 +210,7 @@ def merge(path: str | Path, out: str | Path) -> Path:
     return save(model, tokenizer, Path(out))
 
 
-WEIGHTS = (".safetensors", ".bin", ".json", ".model", ".txt")  # what loading a model directory reads
+LOADED = (".safetensors", ".bin", ".json", ".model", ".txt")  # the kinds of file loading a model directory reads
 
 
 def digest(path: str | Path) -> str:
@@ -221,7 +221,7 @@ def digest(path: str | Path) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    for f in sorted(p for p in Path(path).iterdir() if p.is_file() and p.suffix in WEIGHTS and p.name != "run.json"):
+    for f in sorted(p for p in Path(path).iterdir() if p.is_file() and p.suffix in LOADED and p.name != "run.json"):
         h.update(f.name.encode() + b"\0")
         with open(f, "rb") as stream:
             for block in iter(lambda: stream.read(1 << 20), b""):
