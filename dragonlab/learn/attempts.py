@@ -165,9 +165,8 @@ def judged(out: str | os.PathLike | None, split: str, rows: list[dict], n: int) 
     """The attempts file's n attempts (samples 0..n-1) at each of `rows` (examples of `split`,
     with their "index") that has them all, the last line of a sample winning: an example with
     fewer (its batch cut short by a kill, or a run that asked for fewer) is written again whole,
-    and its new lines win. An example with a sample numbered n or more
-    was written by a run that asked for more attempts per example; it is refused, naming the
-    file, rather than mixed with this one."""
+    and its new lines win. An example with a sample numbered n or more was written by a run that
+    asked for more attempts per example; it is refused, naming the file, rather than mixed in."""
     if not out or not Path(out).exists():
         return {}
     indices = {row["index"] for row in rows}
@@ -188,8 +187,9 @@ def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads
                        progress: bool = True) -> list[Attempt]:
     """n attempts by `writer` (anything with `write(prompts, n=, seed=)`: a `ModelWriter`, an
     `llm.ChatModel`) at each row (a dataset row with its "index" in `split`), judged and appended
-    to `out` batch by batch; rows `out` already holds n attempts for are not attempted again. The seed of a
-    batch is `seed` + its first row's index, so a resumed run writes what an unbroken one would."""
+    to `out` batch by batch; rows `out` already holds n attempts for are not attempted again
+    (`judged`). The seed of a batch is `seed` + its first row's index, so a run resumed after
+    whole batches writes what an unbroken one would."""
     done = judged(out, split, rows, n)
     attempts = [a for row in rows for a in done.get(row["index"], [])]
     todo = [row for row in rows if row["index"] not in done]

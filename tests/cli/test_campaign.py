@@ -81,8 +81,8 @@ def test_a_missing_campaign_file_is_a_usage_error(tmp_path, capsys):
     assert "none.toml: no such campaign file" in _one_error(capsys)
 
 
-@pytest.mark.parametrize("name", ["quick", "standard", "paper"])
-def test_the_printed_commands_train_with_every_setting_of_the_file(name):
+@pytest.mark.parametrize("name", ["quick", "standard", "paper", "standard with [rl.reward]"])
+def test_the_printed_commands_train_with_every_setting_of_the_file(name, tmp_path):
     """`dragonlab sft`, `rl` and `report` as the plan prints them, parsed by dragonlab's own
     parser, give the file's settings (one left out would train or judge something else)."""
     import shlex
@@ -94,7 +94,12 @@ def test_the_printed_commands_train_with_every_setting_of_the_file(name):
     from dragonlab.learn.sft import SFTConfig
     from dragonlab.reporting.config import ReportConfig
 
-    c = campaign.load(CAMPAIGNS / f"{name}.toml")
+    path = CAMPAIGNS / f"{name.split()[0]}.toml"
+    if "[rl.reward]" in name:  # a nested config: its flags are the reward's own
+        path = tmp_path / "reward.toml"
+        path.write_text((CAMPAIGNS / "standard.toml").read_text() + "\n[rl.reward]\nbonus_weight = 0.3\n")
+    c = campaign.load(path)
+    assert "[rl.reward]" not in name or c.rl.reward.bonus_weight == 0.3
     argv = {}
     for stage in ("sft", "rl", "report"):
         words = shlex.split(next(line for line in campaign.plan(c) if f" {stage} --" in line))

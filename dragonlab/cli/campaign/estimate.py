@@ -8,7 +8,7 @@ output marks every figure with where it came from.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 
 from dragonlab.cli.campaign.dryrun import Check
@@ -178,7 +178,12 @@ def _flags(settings: dict) -> str:
             return " ".join(map(text, v))
         return shlex.quote(f"{v:g}" if isinstance(v, float) else str(v))
 
-    return "".join(f" --{k.replace('_', '-')} {text(v)}" for k, v in settings.items())
+    def flags(k, v) -> str:
+        if is_dataclass(v):  # a nested config ([rl.reward]): the flags of the fields it changes
+            return _flags({f.name: getattr(v, f.name) for f in fields(v) if getattr(v, f.name) != f.default})
+        return f" --{k.replace('_', '-')} {text(v)}"
+
+    return "".join(flags(k, v) for k, v in settings.items())
 
 
 def demo_options(c: Campaign) -> dict | None:
