@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from dragonlab.cli.options import Command, UsageError, command, config_flags, config_from, given, number, require
+from dragonlab.cli.options import Command, UsageError, command, config_from, given, number, require
 
 DATA_HELP = "a directory written by `dataset build`"
 
@@ -168,7 +168,7 @@ def add_rl(sub, name: str, help: str):
     from dragonlab.evaluation.reward import RewardConfig
     from dragonlab.learn.rl import RLConfig
 
-    c = command(sub, name, help, configs=[RLConfig, config_flags(RewardConfig, skip=RewardConfig.LADDER)],
+    c = command(sub, name, help, configs=[RLConfig, RewardConfig],
                 description="Reinforcement learning with trl's GRPOTrainer: scripts sampled in groups, judged by "
                             "the evaluator, rewarded by RewardConfig (correctness first, a latency bonus only for "
                             "correct kernels). Rerunning the same command resumes.")
@@ -182,7 +182,7 @@ def rl(args) -> int:
     from dragonlab.evaluation.reward import RewardConfig
     from dragonlab.learn.rl import RLConfig, train
 
-    config = config_from(RLConfig, args, reward=config_from(RewardConfig, args, skip=RewardConfig.LADDER))
+    config = config_from(RLConfig, args, reward=config_from(RewardConfig, args))
     start = time.monotonic()
     run = train(args.source, args.data, args.out, config)
     rewards = [d["reward"] for d in run.log if "reward" in d]

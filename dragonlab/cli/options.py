@@ -83,6 +83,12 @@ def flag_fields(cls, skip=()) -> list[dataclasses.Field]:
             and not dataclasses.is_dataclass(field_type(types_[f.name])[0])]
 
 
+def flag_name(cls, name: str) -> str:
+    """The flag's name (its argparse dest) of a config field: the field's own, unless the config
+    renames it in its `FLAGS` mapping (RewardConfig's `--reward-run`: `--run` is taken)."""
+    return getattr(cls, "FLAGS", {}).get(name, name)
+
+
 def default_of(cls, name: str):
     """A field's default, for a flag that is not the field itself (`collect --timeout`)."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
@@ -123,12 +129,12 @@ def config_flags(cls, *, skip=(), aliases=None) -> argparse.ArgumentParser:
 
     types_, aliases = hints(cls), aliases or {}
     view = dataclasses.make_dataclass(f"{cls.__name__}Flags", [
-        _flag(f, types_[f.name], aliases.get(f.name)) for f in flag_fields(cls, skip)])
+        _flag(f, flag_name(cls, f.name), types_[f.name], aliases.get(f.name)) for f in flag_fields(cls, skip)])
     view._argument_group_name = f"{cls.__name__} ({cls.__module__})"  # HfArgumentParser's help section
     return HfArgumentParser(view, add_help=False)
 
 
-def _flag(f: dataclasses.Field, hint, aliases) -> tuple:
+def _flag(f: dataclasses.Field, name: str, hint, aliases) -> tuple:
     """The field of the flag dataclass that HfArgumentParser reads: a field whose type is the
     argparse type (HfArgumentParser passes it on), a list for a tuple (it knows lists), and the
     metadata argparse takes."""
@@ -143,14 +149,14 @@ def _flag(f: dataclasses.Field, hint, aliases) -> tuple:
     if kind is bool:
         if default is not True:  # HfArgumentParser's --no-x switch for a True default takes neither
             meta["action"], meta["metavar"] = Given, "BOOL"  # --x alone is --x true
-        return f.name, bool, dataclasses.field(default=default, metadata=meta)
+        return name, bool, dataclasses.field(default=default, metadata=meta)
     meta["action"] = Given
     if kind in METAVARS and "choices" not in meta:
         meta["metavar"] = METAVARS[kind]
     parse = _parser_of(kind, range_)
     if many:  # default_factory: make_dataclass refuses a mutable default, and HfArgumentParser wants one
-        return f.name, list[parse], dataclasses.field(default_factory=lambda: default, metadata=meta)
-    return f.name, parse, dataclasses.field(default=default, metadata=meta)
+        return name, list[parse], dataclasses.field(default_factory=lambda: default, metadata=meta)
+    return name, parse, dataclasses.field(default=default, metadata=meta)
 
 
 def _parser_of(kind, range_):
@@ -183,7 +189,8 @@ def command(sub, name: str, help: str, *, configs=(), description: str | None = 
     spelling; the `--a_b` spelling HfArgumentParser adds is still accepted."""
     parents = [c if isinstance(c, argparse.ArgumentParser) else config_flags(c) for c in configs]
     p = sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
-                       parents=parents, formatter_class=HelpFormatter)
+                       parents=parents, formatter_class=HelpFormatter,
+                       allow_abbrev=False)  # `--run` silently meant `--runner`: a flag is written in full
     for action in p._actions:  # argparse has no public list of its actions
         spelled = [s for s in action.option_strings if "_" not in s]
         if spelled:  # errors and help name the flag as the documentation spells it
@@ -197,8 +204,8 @@ def config_from(cls, args, *, skip=(), **overrides):
     types_ = hints(cls)
     values = {}
     for f in flag_fields(cls, skip):
-        if hasattr(args, f.name):
-            value = getattr(args, f.name)
+        if hasattr(args, flag_name(cls, f.name)):
+            value = getattr(args, flag_name(cls, f.name))
             values[f.name] = tuple(value) if isinstance(value, list) and field_type(types_[f.name])[1] else value
     values.update(overrides)
     return cls(**values)

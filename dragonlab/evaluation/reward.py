@@ -39,8 +39,8 @@ class RewardConfig:
     bonus_weight: float = field(default=0.5, metadata={"help": "largest latency bonus (and malus)", "range": ">= 0"})
     max_speedup: float = field(default=16.0, metadata={"help": "speedup at which the bonus saturates", "range": "> 0"})
 
-    # what `dragonlab rl` leaves to a campaign's [rl.reward]: the ladder (`--run` would be a command's name)
-    LADDER = ("decode", "apply", "validate", "build", "run", "check", "correct")
+    # the ladder's flags are `dragonlab rl --reward-build -0.4` ...: `--run` would be a command's name
+    FLAGS = {stage: f"reward_{stage}" for stage in ("decode", "apply", "validate", "build", "run", "check", "correct")}
 
     def __post_init__(self):
         checked_fields.check(self)  # finite numbers (every comparison with NaN is False), in their ranges

@@ -97,9 +97,9 @@ def test_the_printed_commands_train_with_every_setting_of_the_file(name, tmp_pat
     path = CAMPAIGNS / f"{name.split()[0]}.toml"
     if "[rl.reward]" in name:  # a nested config: its flags are the reward's own
         path = tmp_path / "reward.toml"
-        path.write_text((CAMPAIGNS / "standard.toml").read_text() + "\n[rl.reward]\nbonus_weight = 0.3\n")
+        path.write_text((CAMPAIGNS / "standard.toml").read_text() + "\n[rl.reward]\nbonus_weight = 0.3\nrun = -0.5\n")
     c = campaign.load(path)
-    assert "[rl.reward]" not in name or c.rl.reward.bonus_weight == 0.3
+    assert "[rl.reward]" not in name or (c.rl.reward.bonus_weight, c.rl.reward.run) == (0.3, -0.5)
     argv = {}
     for stage in ("sft", "rl", "report"):
         words = shlex.split(next(line for line in campaign.plan(c) if f" {stage} --" in line))
@@ -107,7 +107,7 @@ def test_the_printed_commands_train_with_every_setting_of_the_file(name, tmp_pat
     sft = build_parser(argv["sft"]).parse_args(argv["sft"])
     rl = build_parser(argv["rl"]).parse_args(argv["rl"])
     assert config_from(SFTConfig, sft) == campaign.sft_config(c)
-    assert config_from(RLConfig, rl, reward=config_from(RewardConfig, rl, skip=RewardConfig.LADDER)) == \
+    assert config_from(RLConfig, rl, reward=config_from(RewardConfig, rl)) == \
         campaign.rl_config(c)
     report = build_parser(argv["report"]).parse_args(argv["report"])
     assert config_from(ReportConfig, report) == campaign.report_config(c)

@@ -73,6 +73,27 @@ def test_float_options_refuse_nan_inf_and_out_of_range_values_at_parsing(capsys,
     assert f"error: argument {args[-2]}: expected a " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--run", "--reward"])
+def test_a_flag_is_written_in_full(capsys, flag):
+    """`--run -0.5` was read as `--runner -0.5` (argparse's abbreviations): a flag that is not the
+    command's is refused, whatever flag it begins."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["rl", "--from", "s", "--data", "d", "--out", "o", flag, "-0.5"])
+    assert exit_.value.code == 2
+    assert f"unrecognized arguments: {flag} -0.5" in capsys.readouterr().err
+
+
+def test_the_reward_ladder_is_set_by_its_own_flags(tmp_path):
+    from dragonlab.cli.app import build_parser
+    from dragonlab.cli.options import config_from
+    from dragonlab.evaluation.reward import RewardConfig
+
+    argv = ["rl", "--from", "s", "--data", "d", "--out", "o", "--reward-run", "-0.5", "--reward-check", "-0.1"]
+    args = build_parser(argv).parse_args(argv)
+    assert config_from(RewardConfig, args) == RewardConfig(run=-0.5, check=-0.1)
+    assert args.run.__name__ == "rl"  # the command's own `run` is left alone
+
+
 @pytest.mark.parametrize("command", [["attempts", "--model", "m"], ["compare", "--a", "a", "--b", "b"]])
 def test_per_workload_refuses_a_negative_count_before_loading_anything(tmp_path, capsys, command):
     out = tmp_path / "out"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 
 from dragonlab.cli.campaign.dryrun import Check
+from dragonlab.cli.options import flag_name
 from dragonlab.cli.campaign.file import (Campaign, collect_config, dataset_config, load, report_config, rl_config,
                                          sft_config, written)
 from dragonlab.learn.sft import SFTConfig
@@ -168,7 +169,7 @@ def plan(c: Campaign) -> list[str]:
     return lines
 
 
-def _flags(settings: dict) -> str:
+def _flags(settings: dict, config=None) -> str:
     """Settings as the flags of the command whose config they are (`--max-steps 240`; a switch
     as `--constrained true`, a tuple as its items)."""
     def text(v) -> str:
@@ -180,8 +181,8 @@ def _flags(settings: dict) -> str:
 
     def flags(k, v) -> str:
         if is_dataclass(v):  # a nested config ([rl.reward]): the flags of the fields it changes
-            return _flags({f.name: getattr(v, f.name) for f in fields(v) if getattr(v, f.name) != f.default})
-        return f" --{k.replace('_', '-')} {text(v)}"
+            return _flags({f.name: getattr(v, f.name) for f in fields(v) if getattr(v, f.name) != f.default}, type(v))
+        return f" --{flag_name(config, k).replace('_', '-')} {text(v)}"
 
     return "".join(flags(k, v) for k, v in settings.items())
 
