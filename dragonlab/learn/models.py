@@ -217,7 +217,9 @@ def digest(path: str | Path) -> str:
     """SHA-256 over what loading the model directory reads (weights, configs, tokenizer: its top
     level files of those kinds, by name; not `run.json`, a log or a README): two directories with
     the same digest write the same scripts. A run that is resumed across sessions or machines
-    checks it, so another model put at the same path is refused instead of mixed in."""
+    checks it, so another model put at the same path is refused instead of mixed in. A LoRA
+    adapter's digest includes its base checkpoint's, where the base is a local directory (a hub
+    name is hashed as the text of `adapter_config.json`)."""
     import hashlib
 
     h = hashlib.sha256()
@@ -227,7 +229,23 @@ def digest(path: str | Path) -> str:
             for block in iter(lambda: stream.read(1 << 20), b""):
                 h.update(block)
         h.update(b"\0")
+    base = _adapter_base(Path(path))
+    if base is not None:
+        h.update(b"base\0" + digest(base).encode())
     return h.hexdigest()
+
+
+def _adapter_base(path: Path) -> Path | None:
+    """The local base checkpoint a LoRA adapter directory loads, or None (no adapter, or a hub name)."""
+    config = path / "adapter_config.json"
+    if not config.is_file():
+        return None
+    try:
+        name = json.loads(config.read_text()).get("base_model_name_or_path")
+    except (ValueError, AttributeError):
+        raise InputError(f"{config}: not a JSON object") from None
+    base = Path(name) if isinstance(name, str) and name else None
+    return base if base is not None and base.is_dir() and base.resolve() != path.resolve() else None
 
 
 def load(path: str | Path, *, trainable: bool = False):

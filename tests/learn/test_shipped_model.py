@@ -50,3 +50,24 @@ def test_a_model_digest_follows_the_weights_and_tokenizer_not_the_notes(tmp_path
         (copy / name).write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
         assert digest(copy) != digest(SHIPPED), name
         (copy / name).write_bytes(original)
+
+
+def test_a_lora_adapter_digest_follows_its_local_base_checkpoint(tmp_path):
+    """An adapter loads its base's weights too: a changed base is another model."""
+    import json
+    import shutil
+
+    from dragonlab.learn.models import digest
+
+    base = tmp_path / "base"
+    shutil.copytree(SHIPPED, base)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base), "r": 8}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"lora weights")
+    before = digest(adapter)
+    weights = (base / "model.safetensors").read_bytes()
+    (base / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
+    assert digest(adapter) != before
+    (base / "model.safetensors").write_bytes(weights)
+    assert digest(adapter) == before
