@@ -12,9 +12,9 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 
 from dragonlab.cli.campaign.dryrun import Check
-from dragonlab.cli.options import flag_name
 from dragonlab.cli.campaign.file import (Campaign, collect_config, dataset_config, load, report_config, rl_config,
                                          sft_config, written)
+from dragonlab.cli.options import flag_name
 from dragonlab.learn.sft import SFTConfig
 
 QUICK = Path(__file__).resolve().parents[3] / "campaigns" / "quick.toml"  # what `dragonlab demo` runs
