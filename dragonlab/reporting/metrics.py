@@ -101,11 +101,14 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
             continue
         lat = [_latency(by_key.get(k, {})) for k in held]
         ref = [unscheduled.get(k) for k in held]
+        # against search as timed side by side, where this baseline was (all but the unscheduled)
+        timed = system in compared and together is not None
         baselines[system] = BaselineMetrics(
             workloads=len(held), correct=sum(bool(t) for t in lat) / len(held),
             speedup_vs_unscheduled=stats([b / t if t and b else None for t, b in zip(lat, ref)]),
             fast_p_vs_unscheduled={p: fast_p(lat, ref, p) for p in config.p},
-            vs_metaschedule={n: _ratio({k: _latency(by_key.get(k, {})) for k in held}, ms[n], held) for n in budgets},
+            vs_metaschedule={n: _ratio(compared[system], searched[n], held) if timed else
+                             _ratio({k: _latency(by_key.get(k, {})) for k in held}, ms[n], held) for n in budgets},
             per_workload={k: WorkloadKernel(_latency(by_key.get(k, {})),
                                             (by_key.get(k) or {}).get("evaluation", {}).get("stage")) for k in held})
         if system == random_name:

@@ -309,11 +309,12 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
 def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], base: dict, config: ReportConfig,
                   path: Path, progress: bool, chunk: int = 8) -> dict[str, dict[str, float | None]]:
     """{workload key: {system: latency}}: per workload, each system's best-of-k construction
-    kernel (the fastest correct one as judged), random best-of-k's and MetaSchedule's kernel at
-    every budget, timed again side by side (`Evaluator.time_together`, 3 rounds; a latency is
-    the median over rounds). Their ratios are the report's "best-of-k vs MetaSchedule":
-    latencies judged minutes apart differed up to 5x on a 2-core VM, a slow state of the machine
-    that timing in turn cancels. Appended to `path` a few workloads at a time; a rerun times only
+    kernel (the fastest correct one as judged) and every baseline's kernel but the unscheduled
+    one (MetaSchedule's at every budget, the seeded search's, random best-of-k's, dlight's), timed
+    again side by side (`Evaluator.time_together`, 3 rounds; a latency is the median over
+    rounds). Their ratios are the report's "best-of-k vs MetaSchedule" and each baseline's
+    against search: latencies judged minutes apart differed up to 5x on a 2-core VM, a slow state
+    of the machine that timing in turn cancels. Appended to `path` a few workloads at a time; a rerun times only
     the workloads missing, or missing a system (an LLM that joined the report): the last line
     of a workload is its timing."""
     done = dict(read_lines(path, lambda d: (d["workload"], d["latencies"]))) if path.exists() else {}
@@ -322,8 +323,8 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
         for key, a in best_attempts(group, CONSTRUCTION, config.k).items():
             if a is not None:
                 scripts[key][name] = a.script
-    for system in (*(f"metaschedule@{n}" for n in config.budgets), f"random best-of-{config.k}"):
-        for key, d in base.get(system, {}).items():
+    for system in (s for s in base if not s.startswith("_") and s != "unscheduled"):
+        for key, d in base[system].items():
             if (d.get("evaluation") or {}).get("latencies"):
                 scripts[key][system] = d["script"]
     todo = [w for w in held if scripts.get(w.key) and not scripts[w.key].keys() <= done.get(w.key, {}).keys()]

@@ -43,9 +43,9 @@ def test_paper_dry_run_passes_and_prints_the_estimate(capsys, monkeypatch):
     assert re.search(r"^  collect +candidates +1,731,712 +54,116 workloads \[suite\] x 32 trials +1 s \[file\] "
                      r"+481\.03$", out, re.M), out
     assert re.search(r"^  sft +training tokens +204,800,000 .* 1,500 tokens/s \[file\] +37\.93$", out, re.M), out
-    # the report's side-by-side timing: 108 workloads x 8 best kernels, and RL vs SFT's 108 x (4 + 2 x 4) pairs x 2
-    assert re.search(r"^  report +kernels timed side by side +3,456 +108 workloads x 8 best kernels .* RL vs SFT's "
-                     r"1,296 pairs x 2 .* +0\.96$", out, re.M), out
+    # the report's side-by-side timing: 108 workloads x 10 best kernels, and RL vs SFT's 108 x (4 + 2 x 4) pairs x 2
+    assert re.search(r"^  report +kernels timed side by side +3,672 +108 workloads x 10 best kernels .* RL vs SFT's "
+                     r"1,296 pairs x 2 .* +1\.02$", out, re.M), out
     assert re.search(r"^  total [\d,.]+ device-hours; wall-clock with 8 collecting machine\(s\) and 8 training "
                      r"device\(s\): collect 60\.13 h, sft 4\.74 h", out, re.M), out
 

@@ -83,7 +83,8 @@ def _baseline(system, latencies):
             for k, t in latencies.items()}
 
 
-def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0, together: dict | None = None) -> Report:
+def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0, together: dict | None = None,
+                      seeded: dict | None = None) -> Report:
     attempts = {"m": [replace(a, seconds=seconds) for a in (
         _attempt("test", 0, 0, "construction", "a", 4.0), _attempt("test", 0, 1, "construction", "a", 2.0),
         _attempt("test", 1, 0, "construction", "b", None), _attempt("test", 1, 1, "construction", "b", 1.0),
@@ -98,6 +99,8 @@ def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0, together: dic
             "_seeded": {"b": {"seconds": 12.0, "trials": 3}}}
     if together is not None:
         base["_together"] = together
+    if seeded is not None:
+        base["m-seeded metaschedule@2"] = _baseline("m-seeded metaschedule@2", seeded)
     config = ReportConfig(k=2, budgets=(2, 4), p=(1.0, 2.0))
     turns = {"m": [{"split": "test", "index": 0, "turn": t, "workload": "a", "task": task, "latency": latency}
                    for t, task, latency in ((0, "construction", 4.0), (1, "refinement", 2.0))]}
@@ -156,6 +159,13 @@ def test_best_of_k_against_search_takes_the_kernels_timed_side_by_side():
     # best-of-k against random best-of-k too: 3/6 on a, 1/2 on b
     assert r.best_of_k_vs_random["m"].geomean_latency_ratio == pytest.approx(0.5)
     assert r.timed_side_by_side and not _hand_made_report().timed_side_by_side
+    # a baseline against search, as timed side by side too: the seeded search judged at 1.0 on both
+    # workloads, timed 3.0 and 2.0 beside search's 1.5 and 4.0
+    together["a"]["m-seeded metaschedule@2"], together["b"]["m-seeded metaschedule@2"] = 3.0, 2.0
+    seeded = _hand_made_report(together=together, seeded={"a": 1.0, "b": 1.0}).baselines["m-seeded metaschedule@2"]
+    assert seeded.vs_metaschedule[4].geomean_latency_ratio == pytest.approx(math.sqrt(2.0 * 0.5))
+    judged = _hand_made_report(seeded={"a": 1.0, "b": 1.0}).baselines["m-seeded metaschedule@2"]
+    assert judged.vs_metaschedule[4].geomean_latency_ratio == pytest.approx(math.sqrt(1.0 * 0.5))  # 1/1, 1/2
     # a kernel correct when judged but not when timed again counts as no correct kernel
     together["b"]["m"] = None
     assert _hand_made_report(together=together).best_of_k_vs_metaschedule["m"][4].no_correct_kernel == 1
@@ -183,7 +193,9 @@ def test_side_by_side_timing_resumes_and_times_a_workload_again_for_a_system_tha
 
     held = [W("a"), W("b")]
     base = {"metaschedule@2": {"a": {"script": "ms a", "evaluation": {"latencies": [1.0]}},
-                               "b": {"script": "ms bb", "evaluation": {"latencies": None}}}}
+                               "b": {"script": "ms bb", "evaluation": {"latencies": None}}},
+            "unscheduled": {"a": {"script": "", "evaluation": {"latencies": [9.0]}}},  # the reference: not timed
+            "_search": {"a": {"seconds": 1.0, "latencies": [1.0]}}}
     config = ReportConfig(k=2, budgets=(2,))
     attempts = {"m": [attempt("a", "slow", 4.0), attempt("a", "ms a", 2.0), attempt("b", "m b", 1.0)]}
     timer, path = Timer(), tmp_path / "together.jsonl"
@@ -195,6 +207,10 @@ def test_side_by_side_timing_resumes_and_times_a_workload_again_for_a_system_tha
     attempts["llm-x"] = [attempt("b", "llm's b", 2.0)]
     got = _side_by_side(timer, held, attempts, base, config, path, progress=False)
     assert timer.groups[1] == [("b", ["m b", "llm's b"])] and got["b"] == {"m": 3.0, "llm-x": 7.0}
+    # every baseline is timed beside them (a report written before the seeded search and dlight were)
+    base["m-seeded metaschedule@8"] = {"a": {"script": "seeded", "evaluation": {"latencies": [0.5]}}}
+    got = _side_by_side(timer, held, attempts, base, config, path, progress=False)
+    assert timer.groups[2] == [("a", ["ms a", "seeded"])] and got["a"]["m-seeded metaschedule@8"] == 6.0
 
 
 def test_the_bootstrap_interval_of_a_geomean_is_seeded_and_narrows_with_workloads():

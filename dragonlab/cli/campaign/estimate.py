@@ -50,9 +50,10 @@ def estimate(c: Campaign, checks: list[Check]) -> list[Row]:
     prompts = held * (best_of + refinements * rep.k + rep.turns)  # scripts per model; a turn writes one
     per_candidate, top = f"{cand:g} s [file]", max(rep.budgets)
     seeded = rep.seeded_trials
-    # Timed again side by side: each model's best-of-k kernel beside search's and random's, and
-    # RL's first compared_draws attempts at each prompt beside SFT's (both kernels built again).
-    best_kernels = 2 + len(rep.budgets) + 1
+    # Timed again side by side: each model's best-of-k kernel beside every baseline's (search's at
+    # each budget, the seeded search's, random's, dlight's), and RL's first compared_draws attempts
+    # at each prompt beside SFT's (both kernels built again).
+    best_kernels = 2 + len(rep.budgets) + 3
     drawn = lambda attempts: min(rep.compared_draws, attempts)  # noqa: E731
     pairs = held * (drawn(best_of) + refinements * drawn(rep.k))
     tps = lambda x: f"{x:,g} tokens/s [file]"  # noqa: E731
@@ -87,7 +88,8 @@ def estimate(c: Campaign, checks: list[Check]) -> list[Row]:
             f"{held:,} workloads x ({seeded} trials of seeded search"
             + (", the plain one stored)" if bench else f" + {top} of plain search)"), cand, per_candidate),
         row("report", "kernels timed side by side", held * best_kernels + 2 * pairs,
-            f"{held:,} workloads x {best_kernels} best kernels (2 models, {len(rep.budgets)} budgets, random) + "
+            f"{held:,} workloads x {best_kernels} best kernels (2 models, {len(rep.budgets)} budgets, seeded, random, "
+            f"dlight) + "
             f"RL vs SFT's {pairs:,} pairs x 2 ({held:,} x ({drawn(best_of)} construction + {refinements} refinement "
             f"x {drawn(rep.k)}) draws)", cand, f"{cand:g} s [file], as a candidate: built, then 3 rounds of timing"),
     ]
