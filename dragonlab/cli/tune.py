@@ -33,6 +33,10 @@ def add_tune(sub, name: str, help: str):
                    help="the schedule-writing model: a model directory (sft's or rl's OUT/model)")
     c.add_argument("--out", type=Path, required=True, help="run directory (new, or the same run to resume)")
     c.add_argument("--target", default="cpu", help="a target name (`dragonlab targets`)")
+    c.add_argument("--searches-from", type=Path, metavar="RUN",
+                   help="take tune_relax's kernels, measurements and wall times from another run of this network "
+                        "with the same search settings (e.g. results/tune/resnet) instead of searching: another "
+                        "model against the same searches; everything is still timed in this run")
     c.set_defaults(run=tune)
 
 
@@ -48,7 +52,8 @@ def tune(args) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     start = time.monotonic()
     network = load(args.model, target=args.target)
-    result = run(network, args.out, dragon=args.dragon, target=args.target, config=config)
+    result = run(network, args.out, dragon=args.dragon, target=args.target, config=config,
+                 searches_from=args.searches_from)
     print(summary_text(result))
     print(f"tuned in {time.monotonic() - start:.0f} s -> {args.out / 'tune.json'}, {args.out / 'tune.html'}")
     return 0

@@ -59,6 +59,10 @@ def summary_text(result: TuneResult) -> str:
     defaults = next((s.defaults for s in result.systems if s.system == DRAGON), ())
     if defaults:
         lines.append(f"TVM's default schedule for the tasks the model wrote no correct kernel for: {', '.join(defaults)}")
+    reused = (result.config or {}).get("searches_from")
+    if reused:
+        lines.append(f"tune_relax's kernels, measurements and tuning times are those of {reused['run']}; "
+                     "every kernel and build was timed in this run")
     return "\n".join(lines + goals(result))
 
 

@@ -121,10 +121,14 @@ class TuneResult:
 
 
 def tune(network: Network, out, *, dragon, target: str = "cpu", config: TuneConfig = TuneConfig(),
-         progress: bool = True) -> TuneResult:
+         searches_from=None, progress: bool = True) -> TuneResult:
     """Tune `network` with the model in the directory `dragon`, and measure it against the
     untuned build and MetaSchedule (module docstring). `out`: a new run directory, or this run's
-    to resume. Writes `tune.json` and `tune.html` there."""
+    to resume. Writes `tune.json` and `tune.html` there. `searches_from`: another run of the same
+    network, target and search settings (its `tune.json` and `chosen.json`, e.g. a directory of
+    `results/tune/`), whose `tune_relax` kernels, measurements and wall times are taken instead of
+    searching again: another model is then measured against the same searches, in minutes. Every
+    kernel and build is still timed in this run."""
     from dragonlab.evaluation.evaluate import Evaluator
 
     spec = get_target(target)
@@ -139,15 +143,16 @@ def tune(network: Network, out, *, dragon, target: str = "cpu", config: TuneConf
         raise InputError(f"{network.name}: TVM extracts no tuning task from it")
     from dragonlab.learn.models import digest
 
+    reused = _searches(Path(searches_from), network, spec, workloads, config) if searches_from else None
     claim(out, config, dragon, network=network.name, target=spec.name, tasks=[w.key for w in workloads],
-          digest=digest(dragon))
+          digest=digest(dragon), searches_from=reused and reused["from"])
     with Evaluator(spec, EvalConfig(measure=config.measure, seed=config.seed)) as evaluator:
         attempts, dragon_seconds = _dragon(workloads, spec, out, dragon, evaluator, config, progress)
         chosen = {DRAGON: _best_attempts(attempts)}
         seconds, measurements = {DRAGON: dragon_seconds}, {DRAGON: len(attempts)}
         for n in config.search_budgets(len(workloads)):
             system = tune_relax(n)
-            chosen[system], measurements[system], seconds[system] = _tune_relax(
+            chosen[system], measurements[system], seconds[system] = reused[system] if reused else _tune_relax(
                 network, workloads, spec, out / system.replace("@", "-"), n, config, progress)
         write_atomic(out / "chosen.json", _dumps({system: {key: encode(plain) for key, plain in kernels.items()}
                                                   for system, kernels in chosen.items()}))
@@ -159,12 +164,64 @@ def tune(network: Network, out, *, dragon, target: str = "cpu", config: TuneConf
     systems = [replace(s, seconds=seconds.get(s.system), measurements=measurements.get(s.system, 0),
                        defaults=tuple(w.name for w in workloads if s.system != UNTUNED
                                       and w.key not in chosen.get(s.system, {}))) for s in systems]
-    result = TuneResult(network.name, spec.name, {**asdict(config), "dragon": str(dragon)}, tasks, systems, str(out))
+    result = TuneResult(network.name, spec.name, {**asdict(config), "dragon": str(dragon),
+                                                  "searches_from": reused and reused["from"]},
+                        tasks, systems, str(out))
     write_atomic(out / "tune.json", _dumps(result.to_json()))
     from dragonlab.tune.page import write_html
 
     write_html(result, out / "tune.html")
     return result
+
+
+# what decides a tune_relax search (beside the network's tasks and the target): reused only if equal
+SEARCH_SETTINGS = ("attempts", "budget", "population", "seed", "measure")
+
+
+def _searches(run: Path, network: Network, spec, workloads: list[Workload], config: TuneConfig) -> dict:
+    """{tune_relax system: (kernels by task, measurements, seconds)} of another run, and "from": its
+    path and the SHA-256 of its chosen.json. Refused, naming the file and what differs, unless
+    it tuned the same network's tasks on the same target with the same search settings."""
+    import hashlib
+
+    files = {name: run / name for name in ("tune.json", "chosen.json")}
+    for name, path in files.items():
+        if not path.is_file():
+            raise InputError(f"--searches-from {run}: no {name} (a finished `dragonlab tune` run directory)")
+    defaults = _as_json(asdict(TuneConfig()))  # a setting a run's tune.json predates had its default
+    try:
+        result, chosen = read_json(files["tune.json"]), read_json(files["chosen.json"])
+        systems = {s["system"]: s for s in result["systems"]}
+        there = {"network": result["network"], "target": result["target"],
+                 "tasks": sorted(t["key"] for t in result["tasks"]),
+                 **{k: result["config"].get(k, defaults[k]) for k in SEARCH_SETTINGS}}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise InputError(f"{files['tune.json']}: not a tune result ({type(e).__name__}: {e})") from None
+    here = {"network": network.name, "target": spec.name, "tasks": sorted(w.key for w in workloads),
+            **{k: v for k, v in _as_json(asdict(config)).items() if k in SEARCH_SETTINGS}}
+    differ = [k for k in here if here[k] != there[k]]
+    if differ:
+        k = differ[0]
+        raise InputError(f"--searches-from {run}: its {k} is {there[k]!r}, this run's {here[k]!r}, so its "
+                         "searches are not this run's")
+    reused = {"from": {"run": str(run), "chosen": hashlib.sha256(files["chosen.json"].read_bytes()).hexdigest()}}
+    for n in config.search_budgets(len(workloads)):
+        system = tune_relax(n)
+        if system not in chosen or system not in systems:
+            raise InputError(f"--searches-from {run}: no {system} in its tune.json and chosen.json")
+        try:
+            kernels = {key: decode(text, verbatim=False) for key, text in chosen[system].items()}
+        except CodecError as e:
+            raise InputError(f"{files['chosen.json']}: {system}: {e}") from None
+        reused[system] = (kernels, systems[system]["measurements"], systems[system]["seconds"])
+    return reused
+
+
+def _as_json(d: dict) -> dict:
+    """`d` as read back from JSON (tuples become lists), to compare with a file's."""
+    import json
+
+    return json.loads(json.dumps(d))
 
 
 def _dumps(d) -> str:

@@ -63,6 +63,32 @@ def test_tune_resumes_where_it_stopped_and_refuses_another_run_in_its_directory(
     assert "holds another run" in capsys.readouterr().err and (run / "tune.json").read_text() == before
 
 
+def test_another_model_is_measured_against_the_searches_of_another_run(tuned, tiny, tmp_path, monkeypatch, capsys):
+    """`--searches-from RUN`: tune_relax's kernels, measurements and wall times are RUN's, nothing
+    is searched, and everything is timed again here; a run with other search settings is refused
+    before anything is written."""
+    from dragonlab.tune import tuning
+
+    monkeypatch.setattr(tuning, "_tune_relax", lambda *args, **kwargs: pytest.fail("searched again"))
+    run = tmp_path / "again"
+    args = ["tune", "--model", TUNE_NETWORK, "--dragon", str(tiny[0].model_dir), "--searches-from", str(tuned)]
+    assert main([*args, "--out", str(run), *TUNE_FLAGS]) == 0
+    assert "tune_relax's kernels, measurements and tuning times are those of" in capsys.readouterr().out
+    first, again = (json.loads((d / "tune.json").read_text()) for d in (tuned, run))
+    chosen = [json.loads((d / "chosen.json").read_text()) for d in (tuned, run)]
+    for n in (4, 8):
+        assert chosen[1][tune_relax(n)] == chosen[0][tune_relax(n)]
+        measured = [{s["system"]: (s["measurements"], s["seconds"]) for s in r["systems"]}[tune_relax(n)]
+                    for r in (first, again)]
+        assert measured[1] == measured[0]
+    assert all(s["stage"] == "ok" for s in again["systems"]) and again["config"]["searches_from"]["run"] == str(tuned)
+    assert (run / "networks.jsonl").read_text() != (tuned / "networks.jsonl").read_text()  # timed here
+    other = tmp_path / "other"
+    assert main([*args, "--out", str(other), *TUNE_FLAGS[:-2], "--checks", "2", "--population", "32"]) == 2
+    assert "its population is 64, this run's 32, so its searches are not this run's" in capsys.readouterr().err
+    assert not other.exists()
+
+
 def test_builds_are_timed_in_turn_one_repeat_each_per_round():
     """A slow spell of the machine falls on every build alike: round r times repeat r of each
     build, in turn; a build whose timing fails stops there, and the others go on."""
