@@ -314,9 +314,9 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
     again side by side (`Evaluator.time_together`, 3 rounds; a latency is the median over
     rounds). Their ratios are the report's "best-of-k vs MetaSchedule" and each baseline's
     against search: latencies judged minutes apart differed up to 5x on a 2-core VM, a slow state
-    of the machine that timing in turn cancels. Appended to `path` a few workloads at a time; a rerun times only
-    the workloads missing, or missing a system (an LLM that joined the report): the last line
-    of a workload is its timing."""
+    of the machine that timing in turn cancels. Appended to `path` a few workloads at a time; a
+    rerun times only the workloads missing, or missing a system (an LLM that joined the report,
+    a baseline timed apart by an older version): the last line of a workload is its timing."""
     done = dict(read_lines(path, lambda d: (d["workload"], d["latencies"]))) if path.exists() else {}
     scripts: dict[str, dict[str, str]] = defaultdict(dict)  # workload -> system -> script
     for name, group in attempts.items():
