@@ -54,7 +54,7 @@ LESSONS = [
     # resumes the session's `dragonlab tune` run (tests/tune): the same network, model and settings
     Lesson("07_tune_network", lambda fx: {"network": str(ROOT / TUNE_NETWORK), "dragon": str(fx("tiny")[0].model_dir),
                                           "out": str(fx("tuned")), "attempts": 1, "budget": 8, "population": 64,
-                                          "checks": 2},
+                                          "checks": 2, "searches_from": None},
            ("residual_mlp: 4 tuning tasks", "def main(", "dragon at least as fast as tune_relax@4"),
            figures=2, widgets=1),  # per-task speedups, network latency; the comparison
 ]
