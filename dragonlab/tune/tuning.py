@@ -194,7 +194,7 @@ def _searches(run: Path, network: Network, spec, workloads: list[Workload], conf
         systems = {s["system"]: s for s in result["systems"]}
         there = {"network": result["network"], "target": result["target"],
                  "tasks": sorted(t["key"] for t in result["tasks"]),
-                 **{k: result["config"].get(k, defaults[k]) for k in SEARCH_SETTINGS}}
+                 **{k: _with_defaults(result["config"].get(k, defaults[k]), defaults[k]) for k in SEARCH_SETTINGS}}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise InputError(f"{files['tune.json']}: not a tune result ({type(e).__name__}: {e})") from None
     here = {"network": network.name, "target": spec.name, "tasks": sorted(w.key for w in workloads),
@@ -215,6 +215,12 @@ def _searches(run: Path, network: Network, spec, workloads: list[Workload], conf
             raise InputError(f"{files['chosen.json']}: {system}: {e}") from None
         reused[system] = (kernels, systems[system]["measurements"], systems[system]["seconds"])
     return reused
+
+
+def _with_defaults(value, default):
+    """A setting as a file wrote it, a nested one (`measure`) completed with the defaults of the
+    fields it predates."""
+    return {**default, **value} if isinstance(value, dict) and isinstance(default, dict) else value
 
 
 def _as_json(d: dict) -> dict:

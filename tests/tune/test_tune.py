@@ -87,6 +87,21 @@ def test_another_model_is_measured_against_the_searches_of_another_run(tuned, ti
     assert main([*args, "--out", str(other), *TUNE_FLAGS[:-2], "--checks", "2", "--population", "32"]) == 2
     assert "its population is 64, this run's 32, so its searches are not this run's" in capsys.readouterr().err
     assert not other.exists()
+    # a run written before a setting existed had its default: a tune.json without `population` (the
+    # default, 512) and without one of `measure`'s fields is still this run's search at 512
+    from dragonlab.core.targets import get_target
+    from dragonlab.tune import TuneConfig, load
+    from dragonlab.tune.config import POPULATION
+
+    older = tmp_path / "older"
+    shutil.copytree(tuned, older)
+    written = json.loads((older / "tune.json").read_text())
+    del written["config"]["population"], written["config"]["measure"]["retries"]
+    (older / "tune.json").write_text(json.dumps(written))
+    network, spec = load(TUNE_NETWORK), get_target("cpu")
+    config = TuneConfig(attempts=1, budget=8, checks=2, population=POPULATION)
+    reused = tuning._searches(older, network, spec, network.workloads(spec.tvm()), config)
+    assert reused[tune_relax(8)][1:] == measured[0]
 
 
 def test_builds_are_timed_in_turn_one_repeat_each_per_round():
