@@ -83,7 +83,7 @@ def test_a_flag_is_written_in_full(capsys, flag):
     assert f"unrecognized arguments: {flag} -0.5" in capsys.readouterr().err
 
 
-def test_the_reward_ladder_is_set_by_its_own_flags(tmp_path):
+def test_the_reward_ladder_is_set_by_its_own_flags():
     from dragonlab.cli.app import build_parser
     from dragonlab.cli.options import config_from
     from dragonlab.evaluation.reward import RewardConfig
