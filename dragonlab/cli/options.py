@@ -204,8 +204,8 @@ def config_from(cls, args, *, skip=(), **overrides):
     types_ = hints(cls)
     values = {}
     for f in flag_fields(cls, skip):
-        if hasattr(args, flag_name(cls, f.name)):
-            value = getattr(args, flag_name(cls, f.name))
+        if hasattr(args, dest := flag_name(cls, f.name)):
+            value = getattr(args, dest)
             values[f.name] = tuple(value) if isinstance(value, list) and field_type(types_[f.name])[1] else value
     values.update(overrides)
     return cls(**values)

@@ -2,8 +2,9 @@
 
 A run directory is claimed by writing `run.json` (the run's config); a rerun with the same
 config resumes, another config is refused. A config field that a newer dragonlab added counts as
-the same when the rerun leaves it at its default: the run was made with what the default does. Trainer checkpoints count once `trainer_state.json`,
-the last file the Trainer writes, is in them; an incomplete one (a kill during the save) is
+the same when the rerun leaves it at its default (`completed`): the run was made with what the
+default does. Trainer checkpoints count once `trainer_state.json`, the last file the Trainer
+writes, is in them; an incomplete one (a kill during the save) is
 removed before resuming. `log.jsonl` is append-only; readers keep the last line per step.
 
 Launched by `accelerate launch` (several processes, one run directory), every process calls
@@ -20,7 +21,7 @@ import contextlib
 import json
 import os
 import shutil
-from dataclasses import MISSING, asdict, fields
+from dataclasses import MISSING, asdict, fields, is_dataclass
 from pathlib import Path
 
 from dragonlab.core.errors import InputError
@@ -63,15 +64,13 @@ def claim(out: Path, config, data, **extra) -> None:
     """Make `out` this run's directory: a new one, or one holding the same config (a resume).
     `config` is the run's dataclass; `extra` what else fixes the run. Call it in `main_first`
     when several processes share the run: the main one writes, the others check."""
-    run = json.loads(json.dumps({"config": asdict(config), "data": str(Path(data).resolve()), **extra}))  # as read back
+    run = _as_read({"config": asdict(config), "data": str(Path(data).resolve()), **extra})
     meta = out / "run.json"
     if meta.exists():
         old = read_json(meta)
         if not (isinstance(old, dict) and isinstance(old.get("config"), dict)):
             raise InputError(f"{meta}: not a dragonlab run.json (no config object); choose a new --out")
-        added = {f.name: f.default for f in fields(config)
-                 if f.name not in old["config"] and f.default is not MISSING}  # by a newer dragonlab
-        old = {**old, "config": {**old["config"], **json.loads(json.dumps(added))}}
+        old = {**old, "config": completed(type(config), old["config"])}
         # what an older dragonlab did not record (a model's digest) is taken as this run's
         old = {**{k: v for k, v in run.items() if k not in old}, **old}
         if old != run:
@@ -82,6 +81,31 @@ def claim(out: Path, config, data, **extra) -> None:
         raise InputError(f"{out} exists and is not a dragonlab run directory; choose a new --out")
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(meta, json.dumps(run, indent=1) + "\n")
+
+
+def recorded(config) -> dict:
+    """A config as a run's files record it: `asdict`, as JSON reads it back (tuples are lists)."""
+    return _as_read(asdict(config))
+
+
+def completed(cls, written: dict) -> dict:
+    """The config of class `cls` as a file wrote it (`recorded`), with every field a newer dragonlab
+    added at its default, nested configs (`measure`) too: the run was made with what the default
+    does."""
+    out = dict(written)
+    for f in fields(cls):
+        default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+        if default is MISSING:
+            continue
+        if f.name not in out:
+            out[f.name] = recorded(default) if is_dataclass(default) else _as_read(default)
+        elif is_dataclass(default) and isinstance(out[f.name], dict):
+            out[f.name] = completed(type(default), out[f.name])
+    return out
+
+
+def _as_read(value):
+    return json.loads(json.dumps(value))
 
 
 def _diff(old: dict, new: dict) -> str:

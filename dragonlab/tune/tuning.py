@@ -39,7 +39,7 @@ from dragonlab.core.codec import CodecError, decode, encode
 from dragonlab.core.errors import InputError, UnavailableError, one_line
 from dragonlab.core.jsonl import append_lines, read_json, read_lines, write_atomic
 from dragonlab.core.progress import progress_bar
-from dragonlab.core.rundir import claim
+from dragonlab.core.rundir import claim, completed, recorded
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import Workload
 from dragonlab.evaluation.config import EvalConfig
@@ -188,17 +188,17 @@ def _searches(run: Path, network: Network, spec, workloads: list[Workload], conf
     for name, path in files.items():
         if not path.is_file():
             raise InputError(f"--searches-from {run}: no {name} (a finished `dragonlab tune` run directory)")
-    defaults = _as_json(asdict(TuneConfig()))  # a setting a run's tune.json predates had its default
     try:
         result, chosen = read_json(files["tune.json"]), read_json(files["chosen.json"])
         systems = {s["system"]: s for s in result["systems"]}
+        written = completed(TuneConfig, result["config"])  # a setting its tune.json predates had its default
         there = {"network": result["network"], "target": result["target"],
-                 "tasks": sorted(t["key"] for t in result["tasks"]),
-                 **{k: _with_defaults(result["config"].get(k, defaults[k]), defaults[k]) for k in SEARCH_SETTINGS}}
+                 "tasks": sorted(t["key"] for t in result["tasks"]), **{k: written[k] for k in SEARCH_SETTINGS}}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise InputError(f"{files['tune.json']}: not a tune result ({type(e).__name__}: {e})") from None
+    mine = recorded(config)
     here = {"network": network.name, "target": spec.name, "tasks": sorted(w.key for w in workloads),
-            **{k: v for k, v in _as_json(asdict(config)).items() if k in SEARCH_SETTINGS}}
+            **{k: mine[k] for k in SEARCH_SETTINGS}}
     differ = [k for k in here if here[k] != there[k]]
     if differ:
         k = differ[0]
@@ -215,19 +215,6 @@ def _searches(run: Path, network: Network, spec, workloads: list[Workload], conf
             raise InputError(f"{files['chosen.json']}: {system}: {e}") from None
         reused[system] = (kernels, systems[system]["measurements"], systems[system]["seconds"])
     return reused
-
-
-def _with_defaults(value, default):
-    """A setting as a file wrote it, a nested one (`measure`) completed with the defaults of the
-    fields it predates."""
-    return {**default, **value} if isinstance(value, dict) and isinstance(default, dict) else value
-
-
-def _as_json(d: dict) -> dict:
-    """`d` as read back from JSON (tuples become lists), to compare with a file's."""
-    import json
-
-    return json.loads(json.dumps(d))
 
 
 def _dumps(d) -> str:

@@ -41,3 +41,26 @@ def test_a_run_is_resumed_only_with_what_fixed_it_and_an_older_run_json_lacks_no
     older = tmp_path / "older"
     claim(older, Config(), tmp_path)  # written before digests were recorded
     claim(older, Config(), tmp_path, digests={"rl": "abd"})
+
+
+@dataclass(frozen=True)
+class Timing:
+    repeat: int = 3
+    retries: int = 2  # added since
+
+
+@dataclass(frozen=True)
+class Nested:
+    steps: int = 10
+    timing: Timing = Timing()
+
+
+def test_a_nested_config_and_its_fields_added_since_resume_at_their_defaults(tmp_path):
+    """A run.json written before a nested config (or one of its fields) existed: its defaults."""
+    for written in ({"steps": 10}, {"steps": 10, "timing": {"repeat": 3}}):
+        run = tmp_path / f"run{len(written)}"
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({"config": written, "data": str(tmp_path.resolve())}))
+        claim(run, Nested(), tmp_path)
+        with pytest.raises(InputError, match=r"config.timing.retries: 2 -> 5"):
+            claim(run, Nested(timing=Timing(retries=5)), tmp_path)
