@@ -116,6 +116,18 @@ def scratch_model(preset: Preset, tokenizer, *, max_length: int, seed: int = 0):
     return LlamaForCausalLM(config)
 
 
+def no_hub_telemetry() -> None:
+    """No Hub ping from a trainer: trl's trainers send one from a background thread as they are
+    built, and while that thread resolves huggingface.co, accelerate sets and unsets an environment
+    variable on the main thread (its CUDA check); glibc's getenv inside getaddrinfo then reads the
+    environment as it changes and the process can die of a segfault (seen in a Jupyter kernel).
+    Training here never needs the Hub. The setting is read when the ping would be sent, so this
+    writes huggingface_hub's constant, not the environment (itself a write racing other threads)."""
+    from huggingface_hub import constants
+
+    constants.HF_HUB_DISABLE_TELEMETRY = True
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("DRAGONLAB_CACHE", Path.home() / ".cache" / "dragonlab"))
 

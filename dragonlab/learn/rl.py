@@ -326,6 +326,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     constraint = constrain_rollouts(model, tokenizer, train_rows, workloads, config.temperature) \
         if config.constrained else None
     try:
+        models.no_hub_telemetry()
         reward_fn = ShapedReward(evaluator, workloads, config.reward, rollouts=out / "rollouts.jsonl")
         trainer = _trainer_class(constraint, config.anchor)(
             model=model, reward_funcs=[reward_fn], args=args, train_dataset=train_rows, processing_class=tokenizer,

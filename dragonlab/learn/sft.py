@@ -185,6 +185,7 @@ def train(data: str | os.PathLike, out: str | os.PathLike, config: SFTConfig = S
             attempts = evaluate_attempts(self.evaluator, workloads, rows, scripts, split=config.eval_split)
             append_lines(log_path, [{"step": step, "eval": summary(attempts)}])
 
+    models.no_hub_telemetry()
     judge = Judge()
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_rows, processing_class=tokenizer,
                              callbacks=[log_callback(log_path), judge, *reporting(config.report_to, out)])

@@ -4,6 +4,7 @@ evaluator, and clear errors for bad input."""
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -122,7 +123,9 @@ def test_bad_dataset_and_settings_get_one_clear_error(data, tmp_path, capsys):
 
 
 def test_smollm2_lora_trains_a_few_steps_offline(data, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read at import: setting the variable now is too late
     run = train(data, tmp_path / "run", SFTConfig(preset="smollm2-135m-lora", max_steps=2, batch_size=1,
                                                   logging_steps=1, max_length=2048), progress=False)
     assert (run.model_dir / "adapter_config.json").is_file()
@@ -145,6 +148,22 @@ def test_a_local_scratch_model_continues_with_every_weight_when_asked(tiny, data
     assert tok1.get_vocab() == tok0.get_vocab()
     changed = [n for n, p in after.named_parameters() if not torch.equal(p, dict(before.named_parameters())[n])]
     assert len(changed) == len(list(after.parameters()))  # every weight trained (embeddings tied to the head)
+
+
+def test_a_trainer_pings_no_hub(data, tmp_path, monkeypatch):
+    """trl's trainers send telemetry from a thread that resolves huggingface.co while accelerate
+    changes the environment: a Jupyter kernel died of it in getaddrinfo. Training never sends it."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _telemetry
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", False)  # as on a user's machine
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("CI", raising=False)  # trl sends none where CI is set
+    started = []
+    monkeypatch.setattr(_telemetry, "_start_telemetry_thread", lambda: started.append(True))
+    monkeypatch.setattr(_telemetry, "_TELEMETRY_QUEUE", queue.Queue())
+    train(data, tmp_path / "run", SFTConfig(preset="scratch-tiny", max_steps=1, batch_size=2), progress=False)
+    assert not started
 
 
 def test_batches_are_drawn_as_the_config_or_else_the_preset_says(tmp_path):
