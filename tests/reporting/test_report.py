@@ -166,6 +166,13 @@ def test_best_of_k_against_search_takes_the_kernels_timed_side_by_side():
     assert seeded.vs_metaschedule[4].geomean_latency_ratio == pytest.approx(math.sqrt(2.0 * 0.5))
     judged = _hand_made_report(seeded={"a": 1.0, "b": 1.0}).baselines["m-seeded metaschedule@2"]
     assert judged.vs_metaschedule[4].geomean_latency_ratio == pytest.approx(math.sqrt(1.0 * 0.5))  # 1/1, 1/2
+    # wall time to a kernel within 10% of MetaSchedule@4: search's latency taken to the clock of the
+    # model's attempts through their ratio timed side by side (as judged: 1.0 on a, 2.0 on b; the
+    # model got there on b only). Timed equal on a, search's is 2.0 as judged there, which the
+    # model's 2nd attempt reaches; timed 2x faster than the model's 1.0 on b, none of it does.
+    paired = {"a": {"m": 3.0, "metaschedule@4": 3.0}, "b": {"m": 1.0, "metaschedule@4": 0.5}}
+    assert _hand_made_report(together=paired).time_to_match["m"].per_workload == {
+        "a": MatchTime(2, 2.0, 4, 40.0, "search"), "b": MatchTime(None, None, 4, 16.0, "seeded search")}
     # a kernel correct when judged but not when timed again counts as no correct kernel
     together["b"]["m"] = None
     assert _hand_made_report(together=together).best_of_k_vs_metaschedule["m"][4].no_correct_kernel == 1
