@@ -61,8 +61,8 @@ from dragonlab.core.errors import InputError, one_line
 from dragonlab.core.jsonl import append_lines, read_lines, write_atomic
 from dragonlab.core.progress import progress_bar
 from dragonlab.evaluation.evaluate import Evaluation
-from dragonlab.learn.attempts import Attempt, ModelWriter, per_workload, write_and_evaluate
-from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, refinement_from
+from dragonlab.learn.attempts import Attempt, ModelWriter, per_workload, refine_in_turns, write_and_evaluate
+from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
 from dragonlab.reporting.compare import ModelComparison, compare_models
 from dragonlab.reporting.config import ReportConfig
 from dragonlab.reporting.metrics import best_attempts, metrics
@@ -176,43 +176,14 @@ def _attempts(writer, evaluator, rows, workloads, path: Path, config: ReportConf
 
 def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Path,
            config: ReportConfig) -> list[dict]:
-    """From each construction prompt's first attempt, `turns` rounds of refinement: each turn
-    asks for a faster version of the best correct script so far (or, while there is none,
-    tries the construction prompt again). One line per (prompt, turn) in `path`. A turn's
-    scripts, one per prompt, are judged in one batch."""
-    done = dict(read_lines(path, lambda d: ((d["split"], d["index"], d["turn"]), d))) if path.exists() else {}
+    """From each construction prompt's first attempt, `turns` rounds of refinement
+    (`refine_in_turns`; one line per (prompt, turn) in `path`): each turn's latency, turn 0 the
+    first attempt's."""
     first = {(a.split, a.index): a for a in attempts if a.sample == 0 and a.task == CONSTRUCTION}
     row_of = {(split, r["index"]): r for split, split_rows in rows.items() for r in split_rows}
-    best = {p: a0 if a0.evaluation.latency else None for p, a0 in first.items()}
-    latency: dict[tuple, float | None] = {}  # (split, index, turn) -> its kernel's latency
-    for turn in range(1, config.turns + 1):
-        todo, scripts = [], []
-        for split, index in first:
-            if (split, index, turn) in done:
-                continue
-            row, b = row_of[(split, index)], best[(split, index)]
-            prompt = refinement_from(row["prompt"], b.script) if b else row["prompt"]
-            if hasattr(writer, "add_prompts"):
-                writer.add_prompts([dict(row, prompt=prompt)], workloads)
-            scripts.append(writer.write([prompt], n=1, seed=config.seed + 1000 * turn + index)[0][0])
-            if hasattr(writer, "endings"):
-                writer.endings(1)
-            todo.append((split, index))
-        evaluations = evaluator.evaluate_many([(workloads[row_of[p]["workload"]], s) for p, s in zip(todo, scripts)],
-                                              progress=False) if todo else []
-        lines = [{"split": split, "index": index, "turn": turn, "workload": row_of[(split, index)]["workload"],
-                  "task": REFINEMENT if best[(split, index)] else CONSTRUCTION, "script": script,
-                  "evaluation": e.to_json()} for (split, index), script, e in zip(todo, scripts, evaluations)]
-        append_lines(path, lines)
-        done.update(((d["split"], d["index"], turn), d) for d in lines)
-        for (split, index), b in best.items():
-            d = done[(split, index, turn)]
-            e = Evaluation.from_json(d["evaluation"])
-            latency[(split, index, turn)] = e.latency
-            if e.latency and (b is None or e.latency < b.evaluation.latency):
-                row = row_of[(split, index)]
-                best[(split, index)] = Attempt(split, index, turn, REFINEMENT, row["workload"], row.get("name", ""),
-                                               d["script"], e)
+    done = refine_in_turns(writer, evaluator, {p: row_of[p] for p in first}, workloads,
+                           {p: a0 if a0.evaluation.latency else None for p, a0 in first.items()},
+                           turns=config.turns, path=path, seed=config.seed)
     out = []
     for (split, index), a0 in first.items():
         out.append({"split": split, "index": index, "turn": 0, "workload": a0.workload, "task": CONSTRUCTION,
@@ -220,7 +191,7 @@ def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Pa
         for turn in range(1, config.turns + 1):
             d = done[(split, index, turn)]
             out.append({k: d[k] for k in ("split", "index", "turn", "workload", "task")}
-                       | {"latency": latency[(split, index, turn)]})
+                       | {"latency": Evaluation.from_json(d["evaluation"]).latency})
     return out
 
 
