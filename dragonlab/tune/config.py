@@ -13,6 +13,9 @@ from dragonlab.search.config import POPULATION, MeasureConfig
 class TuneConfig:
     attempts: int = field(default=8, metadata={"help": "scripts the model writes for each task (its measurements)",
                                                "range": "> 0"})
+    turns: int = field(default=0, metadata={
+        "help": "refinement turns for each task after its attempts: the model is shown its fastest correct "
+                "kernel so far and asked for a faster one (each turn a measurement)", "range": ">= 0"})
     budget: int | None = field(default=None, metadata={
         "help": "tune_relax's larger budget, in measurements over the whole network; None = 10 x the model's",
         "range": "> 0"})
@@ -32,7 +35,12 @@ class TuneConfig:
     def __post_init__(self):
         fields.check(self)
 
+    @property
+    def per_task(self) -> int:
+        """The model's measurements per task: its attempts and its turns."""
+        return self.attempts + self.turns
+
     def search_budgets(self, tasks: int) -> tuple[int, int]:
         """tune_relax's two budgets for a network of `tasks` tasks: the model's measurements, and
         the larger one."""
-        return tasks * self.attempts, self.budget or 10 * tasks * self.attempts
+        return tasks * self.per_task, self.budget or 10 * tasks * self.per_task

@@ -37,8 +37,9 @@ def task_rows(result: TuneResult) -> list[dict]:
 
 def goals(result: TuneResult) -> list[str]:
     """The model's build against MetaSchedule's at equal measurements and at the larger budget."""
-    small, large = (tune_relax(n) for n in TuneConfig(attempts=result.config["attempts"],
-                                                      budget=result.config["budget"]).search_budgets(len(result.tasks)))
+    config = TuneConfig(attempts=result.config["attempts"], turns=result.config.get("turns", 0),  # older runs: none
+                        budget=result.config["budget"])
+    small, large = (tune_relax(n) for n in config.search_budgets(len(result.tasks)))
     lines = []
     for other, bound, words in ((small, 1.0, "at least as fast as"), (large, 1.1, "within 10% of")):
         r = result.ratio(DRAGON, other)
@@ -123,7 +124,12 @@ def write_html(result: TuneResult, path: str | os.PathLike) -> Path:
             f"collapse;margin:8px 0}}td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}th{{background:"
             f"#f3f3f3}}</style></head><body><h1>dragonlab tune: {html.escape(result.network)}</h1><p>target "
             f"<code>{html.escape(result.target)}</code>, model <code>{html.escape(result.config['dragon'])}</code>, "
-            f"{result.config['attempts']} attempts per task</p>{body}</body></html>")
+            f"{result.config['attempts']} attempts per task"
+            f"{_turns(result.config.get('turns', 0))}</p>{body}</body></html>")
     path = Path(path)
     write_atomic(path, page)
     return path
+
+
+def _turns(turns: int) -> str:
+    return f", then {turns} refinement turn{'s' * (turns != 1)}" if turns else ""

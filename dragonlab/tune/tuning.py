@@ -174,8 +174,10 @@ def tune(network: Network, out, *, dragon, target: str = "cpu", config: TuneConf
     return result
 
 
-# what decides a tune_relax search (beside the network's tasks and the target): reused only if equal
-SEARCH_SETTINGS = ("attempts", "budget", "population", "seed", "measure")
+# what decides a tune_relax search (beside the network's tasks, the target and the measurements per
+# task, `TuneConfig.per_task`): reused only if equal
+SEARCH_SETTINGS = ("budget", "population", "seed", "measure")
+PER_TASK = "measurements per task"
 
 
 def _searches(run: Path, network: Network, spec, workloads: list[Workload], config: TuneConfig) -> dict:
@@ -193,12 +195,13 @@ def _searches(run: Path, network: Network, spec, workloads: list[Workload], conf
         systems = {s["system"]: s for s in result["systems"]}
         written = completed(TuneConfig, result["config"])  # a setting its tune.json predates had its default
         there = {"network": result["network"], "target": result["target"],
-                 "tasks": sorted(t["key"] for t in result["tasks"]), **{k: written[k] for k in SEARCH_SETTINGS}}
+                 "tasks": sorted(t["key"] for t in result["tasks"]), PER_TASK: written["attempts"] + written["turns"],
+                 **{k: written[k] for k in SEARCH_SETTINGS}}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise InputError(f"{files['tune.json']}: not a tune result ({type(e).__name__}: {e})") from None
     mine = recorded(config)
     here = {"network": network.name, "target": spec.name, "tasks": sorted(w.key for w in workloads),
-            **{k: mine[k] for k in SEARCH_SETTINGS}}
+            PER_TASK: config.per_task, **{k: mine[k] for k in SEARCH_SETTINGS}}
     differ = [k for k in here if here[k] != there[k]]
     if differ:
         k = differ[0]
@@ -225,41 +228,69 @@ def _dumps(d) -> str:
 
 def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator, config: TuneConfig,
             progress: bool) -> tuple[list, float | None]:
-    """The model's attempts at every task, judged (`attempts.jsonl`, resumed), and the wall time
-    they took (None when they were resumed)."""
+    """The model's attempts at every task, then its refinement turns, judged (`attempts.jsonl`,
+    `turns.jsonl`, resumed), and the wall time they took (None when they were resumed). A turn is
+    an attempt numbered after the task's `attempts`."""
     from dragonlab.evaluation.evaluate import Evaluation
-    from dragonlab.learn.attempts import Attempt, ModelWriter, judged, pending, write_and_evaluate
+    from dragonlab.learn.attempts import Attempt, ModelWriter, judged, pending, refine_in_turns, write_and_evaluate
     from dragonlab.learn.prompts import CONSTRUCTION, construction_prompt, kernel_text
 
-    path, times = out / "attempts.jsonl", out / "seconds.jsonl"
+    path, turn_path, times = out / "attempts.jsonl", out / "turns.jsonl", out / "seconds.jsonl"
     by_key = {w.key: w for w in workloads}
     rows = [{"prompt": construction_prompt(kernel_text(w, config.prompt_form), spec.name), "workload": w.key,
              "task": CONSTRUCTION, "index": i, "name": w.name} for i, w in enumerate(workloads)]
     todo = pending(rows, SPLIT, path, config.attempts)
-    if todo:
+    turned = set(read_lines(turn_path, lambda d: (d["index"], d["turn"]))) if turn_path.exists() else set()
+    unturned = [row for row in rows if any((row["index"], t) not in turned for t in range(1, config.turns + 1))]
+    if todo or unturned:
         from dragonlab.learn import models
 
         start = time.monotonic()
         model, tokenizer = models.load(dragon)
-        # A kernel whose prompt fills the model's context gets nothing written: its attempts say
-        # so, and the task keeps TVM's default schedule (a network's largest fused kernels can
-        # be longer than what a small model was trained on).
+        # A kernel whose prompt fills the model's context gets nothing written: its attempts and
+        # turns say so, and the task keeps TVM's default schedule (a network's largest fused
+        # kernels can be longer than what a small model was trained on).
         room = getattr(model.config, "max_position_embeddings", None)
-        lengths = {row["index"]: len(tokenizer(row["prompt"])["input_ids"]) for row in todo}
-        full = [row for row in todo if room and lengths[row["index"]] >= room]
-        append_lines(path, (Attempt(SPLIT, row["index"], s, CONSTRUCTION, row["workload"], row["name"], "", Evaluation(
-            row["workload"], spec.name, "decode", f"the prompt's {lengths[row['index']]} tokens fill the model's "
-            f"context of {room}: nothing was written")).to_json() for row in full for s in range(config.attempts)))
-        todo = [row for row in todo if row not in full]
+        lengths = {row["index"]: len(tokenizer(row["prompt"])["input_ids"]) for row in rows}
+        full = [row for row in rows if room and lengths[row["index"]] >= room]
+
+        def nothing(row) -> Evaluation:
+            return Evaluation(row["workload"], spec.name, "decode", f"the prompt's {lengths[row['index']]} tokens "
+                              f"fill the model's context of {room}: nothing was written")
+
+        append_lines(path, (Attempt(SPLIT, row["index"], s, CONSTRUCTION, row["workload"], row["name"], "",
+                                    nothing(row)).to_json() for row in full if row in todo for s in range(config.attempts)))
+        append_lines(turn_path, ({"split": SPLIT, "index": row["index"], "turn": t, "workload": row["workload"],
+                                  "task": CONSTRUCTION, "script": "", "evaluation": nothing(row).to_json()}
+                                 for row in full if row in unturned for t in range(1, config.turns + 1)
+                                 if (row["index"], t) not in turned))
+        fits = [row for row in rows if row not in full]
         batch = 8
         with ModelWriter(model, tokenizer, temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                         batch_size=batch, rows=todo, workloads=by_key, constrained=config.constrained) as writer:
+                         batch_size=batch, rows=fits, workloads=by_key, constrained=config.constrained) as writer:
             write_and_evaluate(writer, evaluator, rows, by_key, split=SPLIT, n=config.attempts, out=path,
                                seed=config.seed, per_batch=max(1, batch // config.attempts), progress=progress)
-        if len(todo) + len(full) == len(rows):  # a resumed run's wall time is unknown
+            if config.turns:
+                refine_in_turns(writer, evaluator, {(SPLIT, row["index"]): row for row in rows}, by_key,
+                                _best_per_row(judged(path, SPLIT, rows, config.attempts)), turns=config.turns,
+                                path=turn_path, seed=config.seed)
+        if len(todo) == len(rows) and len(unturned) == (len(rows) if config.turns else 0):  # else resumed: unknown
             append_lines(times, [{"system": DRAGON, "seconds": time.monotonic() - start}])
     seconds = dict(read_lines(times, lambda d: (d["system"], d["seconds"]))) if times.exists() else {}
-    return [a for group in judged(path, SPLIT, rows, config.attempts).values() for a in group], seconds.get(DRAGON)
+    attempts = [a for group in judged(path, SPLIT, rows, config.attempts).values() for a in group]
+    if config.turns:
+        names = {row["index"]: row["name"] for row in rows}
+        lines = dict(read_lines(turn_path, lambda d: ((d["index"], d["turn"]), d)))  # the last line of a turn wins
+        attempts += [Attempt(SPLIT, index, config.attempts + turn - 1, d["task"], d["workload"], names[index],
+                             d["script"], Evaluation.from_json(d["evaluation"]))
+                     for (index, turn), d in sorted(lines.items()) if turn <= config.turns]
+    return attempts, seconds.get(DRAGON)
+
+
+def _best_per_row(groups: dict[int, list]) -> dict[tuple[str, int], object]:
+    """{(SPLIT, index): the fastest correct attempt at the row, or None}."""
+    return {(SPLIT, index): min((a for a in group if a.evaluation.latency), key=lambda a: a.evaluation.latency,
+                                default=None) for index, group in groups.items()}
 
 
 def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, trials: int, config: TuneConfig,
@@ -302,7 +333,7 @@ def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, t
             with _foreign_handlers_set_aside(), tensor_intrinsics.for_target(target), \
                     progress_bar(total=trials, unit="cand", desc=f"{network.name} {root.name}", progress=progress) as bar:
                 ms.relax_integration.tune_relax(
-                    mod, {}, target, str(tmp), max_trials_global=trials, num_trials_per_iter=config.attempts,
+                    mod, {}, target, str(tmp), max_trials_global=trials, num_trials_per_iter=config.per_task,
                     builder=builder, runner=runner, strategy=strategy, seed=config.seed,
                     measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), Counter(bar)])
             write_atomic(tmp / "seconds.json", _dumps({"seconds": time.monotonic() - start}))

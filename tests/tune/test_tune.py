@@ -203,3 +203,36 @@ def test_a_handler_on_metaschedules_logger_does_not_stop_tune_relax(tmp_path):
         assert mine in logger.handlers and (tmp_path / "aside" / "logs").is_dir()
     finally:
         logger.removeHandler(mine)
+
+
+def test_the_model_refines_its_fastest_kernel_in_turns_and_a_killed_run_resumes_them(tuned, tiny, tmp_path):
+    """`--turns T`: after its attempts, the model is shown the fastest correct kernel of each task
+    so far and asked for a faster one, T times; each turn is a measurement, which tune_relax's N
+    counts, and stored searches are reused only for as many measurements per task."""
+    from dragonlab.core.errors import InputError
+    from dragonlab.core.targets import get_target
+    from dragonlab.evaluation.evaluate import Evaluator
+    from dragonlab.tune import TuneConfig, load, tuning
+
+    network, spec = load(TUNE_NETWORK), get_target("cpu")
+    workloads = network.workloads(spec.tvm())
+    config = TuneConfig(attempts=1, turns=2, budget=8, population=64, checks=2)
+    assert config.search_budgets(len(workloads)) == (12, 8)
+    with Evaluator(spec) as evaluator:
+        attempts, seconds = tuning._dragon(workloads, spec, tmp_path, tiny[0].model_dir, evaluator, config, False)
+        assert seconds > 0 and sorted((a.index, a.sample) for a in attempts) == [(i, s) for i in range(4) for s in range(3)]
+        written = (tmp_path / "turns.jsonl").read_text().splitlines()
+        lines = [json.loads(line) for line in written]
+        assert [(d["index"], d["turn"]) for d in lines] == [(i, t) for t in (1, 2) for i in range(4)]
+        correct = {(a.index, a.sample): a.evaluation.correct for a in attempts}
+        for d in lines:  # a refinement of the fastest correct kernel so far, else a construction again
+            assert (d["task"] == "refinement") == any(correct[(d["index"], s)] for s in range(d["turn"]))
+        first = (tmp_path / "attempts.jsonl").read_text()
+        (tmp_path / "turns.jsonl").write_text("\n".join(written[:5]) + "\n")  # killed during the 2nd turn
+        again, _ = tuning._dragon(workloads, spec, tmp_path, tiny[0].model_dir, evaluator, config, False)
+    assert (tmp_path / "attempts.jsonl").read_text() == first  # not written again
+    assert (tmp_path / "turns.jsonl").read_text().splitlines() == written  # the same seeds: the same scripts
+    assert [a.to_json() for a in again] == [a.to_json() for a in attempts]
+    assert len((tmp_path / "seconds.jsonl").read_text().splitlines()) == 1  # a resumed run's time is unknown
+    with pytest.raises(InputError, match="its measurements per task is 1, this run's 3, so its searches"):
+        tuning._searches(tuned, network, spec, workloads, config)
