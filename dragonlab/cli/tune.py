@@ -20,8 +20,8 @@ def add_tune(sub, name: str, help: str):
 
     c = command(sub, name, help, configs=[TuneConfig, MeasureConfig],
                 description="Import a PyTorch network (torch.export, TVM's Relax frontend), extract its MetaSchedule "
-                            "tuning tasks, let the model write --attempts scripts per task and improve its fastest --turns times (judged by the "
-                            "evaluator; "
+                            "tuning tasks, let the model write --attempts scripts per task and refine its fastest "
+                            "--turns times (judged by the evaluator; "
                             "the fastest correct kernel per task goes into a JSONDatabase; tasks without one keep "
                             "TVM's default schedule), build the network with it, check its outputs against PyTorch "
                             "on fresh random inputs and time it, beside the untuned build and MetaSchedule's "

@@ -259,7 +259,8 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
                               f"fill the model's context of {room}: nothing was written")
 
         append_lines(path, (Attempt(SPLIT, row["index"], s, CONSTRUCTION, row["workload"], row["name"], "",
-                                    nothing(row)).to_json() for row in full if row in todo for s in range(config.attempts)))
+                                    nothing(row)).to_json()
+                            for row in full if row in todo for s in range(config.attempts)))
         append_lines(turn_path, ({"split": SPLIT, "index": row["index"], "turn": t, "workload": row["workload"],
                                   "task": CONSTRUCTION, "script": "", "evaluation": nothing(row).to_json()}
                                  for row in full if row in unturned for t in range(1, config.turns + 1)

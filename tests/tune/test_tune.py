@@ -220,7 +220,8 @@ def test_the_model_refines_its_fastest_kernel_in_turns_and_a_killed_run_resumes_
     assert config.search_budgets(len(workloads)) == (12, 8)
     with Evaluator(spec) as evaluator:
         attempts, seconds = tuning._dragon(workloads, spec, tmp_path, tiny[0].model_dir, evaluator, config, False)
-        assert seconds > 0 and sorted((a.index, a.sample) for a in attempts) == [(i, s) for i in range(4) for s in range(3)]
+        assert seconds > 0
+        assert sorted((a.index, a.sample) for a in attempts) == [(i, s) for i in range(4) for s in range(3)]
         written = (tmp_path / "turns.jsonl").read_text().splitlines()
         lines = [json.loads(line) for line in written]
         assert [(d["index"], d["turn"]) for d in lines] == [(i, t) for t in (1, 2) for i in range(4)]
