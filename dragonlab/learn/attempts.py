@@ -232,7 +232,7 @@ def _timed(evaluator, workloads, rows, scripts, *, split: str, endings, writing:
 
 def refine_in_turns(writer, evaluator: Evaluator, rows: dict[tuple[str, int], dict], workloads: dict[str, Workload],
                     start: dict[tuple[str, int], Attempt | None], *, turns: int, path: str | os.PathLike,
-                    seed: int = 0) -> dict[tuple[str, int, int], dict]:
+                    seed: int = 0, progress: bool = True) -> dict[tuple[str, int, int], dict]:
     """Multi-turn refinement: at each construction row (`rows`: {(split, index): row}), `turns`
     rounds in which `writer` is asked for a faster version of the best correct script so far
     (`start`: the attempt a row begins from; while there is none, the construction prompt is asked
@@ -242,32 +242,36 @@ def refine_in_turns(writer, evaluator: Evaluator, rows: dict[tuple[str, int], di
     returns them all, {(split, index, turn): line}."""
     done = dict(read_lines(path, lambda d: ((d["split"], d["index"], d["turn"]), d))) if Path(path).exists() else {}
     best = dict(start)
-    for turn in range(1, turns + 1):
-        todo, scripts = [], []
-        for (split, index), row in rows.items():
-            if (split, index, turn) in done:
-                continue
-            b = best.get((split, index))
-            prompt = refinement_from(row["prompt"], b.script) if b else row["prompt"]
-            if hasattr(writer, "add_prompts"):
-                writer.add_prompts([dict(row, prompt=prompt)], workloads)
-            scripts.append(writer.write([prompt], n=1, seed=seed + 1000 * turn + index)[0][0])
-            if hasattr(writer, "endings"):
-                writer.endings(1)
-            todo.append((split, index))
-        evaluations = evaluator.evaluate_many([(workloads[rows[p]["workload"]], s) for p, s in zip(todo, scripts)],
-                                              progress=False) if todo else []
-        lines = [{"split": split, "index": index, "turn": turn, "workload": rows[(split, index)]["workload"],
-                  "task": REFINEMENT if best.get((split, index)) else CONSTRUCTION, "script": script,
-                  "evaluation": e.to_json()} for (split, index), script, e in zip(todo, scripts, evaluations)]
-        append_lines(path, lines)
-        done.update(((d["split"], d["index"], turn), d) for d in lines)
-        for (split, index), row in rows.items():
-            d, b = done[(split, index, turn)], best.get((split, index))
-            e = Evaluation.from_json(d["evaluation"])
-            if e.latency and (b is None or e.latency < b.evaluation.latency):
-                best[(split, index)] = Attempt(split, index, turn, REFINEMENT, row["workload"], row.get("name", ""),
-                                               d["script"], e)
+    wanted = [(split, index, turn) for turn in range(1, turns + 1) for split, index in rows]
+    with progress_bar(total=len(wanted), initial=sum(w in done for w in wanted), unit="script", desc="turns",
+                      progress=progress) as bar:
+        for turn in range(1, turns + 1):
+            todo, scripts = [], []
+            for (split, index), row in rows.items():
+                if (split, index, turn) in done:
+                    continue
+                b = best.get((split, index))
+                prompt = refinement_from(row["prompt"], b.script) if b else row["prompt"]
+                if hasattr(writer, "add_prompts"):
+                    writer.add_prompts([dict(row, prompt=prompt)], workloads)
+                scripts.append(writer.write([prompt], n=1, seed=seed + 1000 * turn + index)[0][0])
+                if hasattr(writer, "endings"):
+                    writer.endings(1)
+                todo.append((split, index))
+                bar.update()
+            evaluations = evaluator.evaluate_many([(workloads[rows[p]["workload"]], s) for p, s in zip(todo, scripts)],
+                                                  progress=False) if todo else []
+            lines = [{"split": split, "index": index, "turn": turn, "workload": rows[(split, index)]["workload"],
+                      "task": REFINEMENT if best.get((split, index)) else CONSTRUCTION, "script": script,
+                      "evaluation": e.to_json()} for (split, index), script, e in zip(todo, scripts, evaluations)]
+            append_lines(path, lines)
+            done.update(((d["split"], d["index"], turn), d) for d in lines)
+            for (split, index), row in rows.items():
+                d, b = done[(split, index, turn)], best.get((split, index))
+                e = Evaluation.from_json(d["evaluation"])
+                if e.latency and (b is None or e.latency < b.evaluation.latency):
+                    best[(split, index)] = Attempt(split, index, turn, REFINEMENT, row["workload"], row.get("name", ""),
+                                                   d["script"], e)
     return done
 
 

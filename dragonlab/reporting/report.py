@@ -129,7 +129,7 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
                 attempts[name] = _attempts(writer, evaluator, rows, workloads, out / f"attempts-{name}.jsonl",
                                            config, progress)
                 turns[name] = _turns(writer, evaluator, rows, workloads, attempts[name],
-                                     out / f"turns-{name}.jsonl", config)
+                                     out / f"turns-{name}.jsonl", config, progress)
         if llm is not None:
             name = llm_system(llm.model)
             attempts[name] = _attempts(llm, evaluator, rows, workloads, out / f"attempts-{name}.jsonl", config,
@@ -175,7 +175,7 @@ def _attempts(writer, evaluator, rows, workloads, path: Path, config: ReportConf
 
 
 def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Path,
-           config: ReportConfig) -> list[dict]:
+           config: ReportConfig, progress: bool) -> list[dict]:
     """From each construction prompt's first attempt, `turns` rounds of refinement
     (`refine_in_turns`; one line per (prompt, turn) in `path`): each turn's latency, turn 0 the
     first attempt's."""
@@ -183,7 +183,7 @@ def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Pa
     row_of = {(split, r["index"]): r for split, split_rows in rows.items() for r in split_rows}
     done = refine_in_turns(writer, evaluator, {p: row_of[p] for p in first}, workloads,
                            {p: a0 if a0.evaluation.latency else None for p, a0 in first.items()},
-                           turns=config.turns, path=path, seed=config.seed)
+                           turns=config.turns, path=path, seed=config.seed, progress=progress)
     out = []
     for (split, index), a0 in first.items():
         out.append({"split": split, "index": index, "turn": 0, "workload": a0.workload, "task": CONSTRUCTION,

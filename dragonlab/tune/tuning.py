@@ -274,7 +274,7 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
             if config.turns:
                 refine_in_turns(writer, evaluator, {(SPLIT, row["index"]): row for row in rows}, by_key,
                                 _best_per_row(judged(path, SPLIT, rows, config.attempts)), turns=config.turns,
-                                path=turn_path, seed=config.seed)
+                                path=turn_path, seed=config.seed, progress=progress)
         if len(todo) == len(rows) and len(unturned) == (len(rows) if config.turns else 0):  # else resumed: unknown
             append_lines(times, [{"system": DRAGON, "seconds": time.monotonic() - start}])
     seconds = dict(read_lines(times, lambda d: (d["system"], d["seconds"]))) if times.exists() else {}
