@@ -230,6 +230,19 @@ def _timed(evaluator, workloads, rows, scripts, *, split: str, endings, writing:
     return [replace(a, seconds=share) for a in judged]
 
 
+def best_attempts(group: list[Attempt], task: str, k: int) -> dict[str, Attempt | None]:
+    """Per workload: the attempt with the fastest correct kernel among the first k at its prompts
+    of `task` (None: none is correct)."""
+    best: dict[str, Attempt | None] = {}
+    for a in group:
+        if a.task != task or a.sample >= k:
+            continue
+        t, b = a.evaluation.latency, best.setdefault(a.workload, None)
+        if t and (b is None or t < b.evaluation.latency):
+            best[a.workload] = a
+    return best
+
+
 def refine_in_turns(writer, evaluator: Evaluator, rows: dict[tuple[str, int], dict], workloads: dict[str, Workload],
                     start: dict[tuple[str, int], Attempt | None], *, turns: int, path: str | os.PathLike,
                     seed: int = 0, progress: bool = True) -> dict[tuple[str, int, int], dict]:
@@ -240,7 +253,7 @@ def refine_in_turns(writer, evaluator: Evaluator, rows: dict[tuple[str, int], di
     batch and appended to `path`, a line per (row, turn): {"split", "index", "turn", "workload",
     "task", "script", "evaluation"}. Lines `path` already holds are kept, so a killed run resumes;
     returns them all, {(split, index, turn): line}."""
-    done = dict(read_lines(path, lambda d: ((d["split"], d["index"], d["turn"]), d))) if Path(path).exists() else {}
+    done = read_turns(path)
     best = dict(start)
     wanted = [(split, index, turn) for turn in range(1, turns + 1) for split, index in rows]
     with progress_bar(total=len(wanted), initial=sum(w in done for w in wanted), unit="script", desc="turns",
@@ -273,6 +286,12 @@ def refine_in_turns(writer, evaluator: Evaluator, rows: dict[tuple[str, int], di
                     best[(split, index)] = Attempt(split, index, turn, REFINEMENT, row["workload"], row.get("name", ""),
                                                    d["script"], e)
     return done
+
+
+def read_turns(path: str | os.PathLike) -> dict[tuple[str, int, int], dict]:
+    """A turns file's lines (`refine_in_turns`), {(split, index, turn): line}, the last of a turn
+    winning; a torn last line (a kill) is skipped."""
+    return dict(read_lines(path, lambda d: ((d["split"], d["index"], d["turn"]), d))) if Path(path).exists() else {}
 
 
 def read_attempts(path: str | os.PathLike) -> list[Attempt]:

@@ -13,7 +13,7 @@ import math
 import statistics
 from collections import defaultdict
 
-from dragonlab.learn.attempts import Attempt, summary
+from dragonlab.learn.attempts import Attempt, best_attempts, summary
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
 from dragonlab.reporting.compare import ModelComparison, geomean, geomean_interval
 from dragonlab.reporting.config import ReportConfig
@@ -159,19 +159,6 @@ def _system(group: list[Attempt], unscheduled: dict, ms: dict, config: ReportCon
             speedup_vs_unscheduled=stats([b / t if t and b else None for t, b in zip(lat, ref)]),
             fast_p=fast, speedup_vs_input=versus_input)
     return SystemMetrics(summary=tuple(from_json(SummaryRow, row) for row in summary(group)), **tasks)
-
-
-def best_attempts(group: list[Attempt], task: str, k: int) -> dict[str, Attempt | None]:
-    """Per workload: the attempt with the fastest correct kernel among the first k at its prompts
-    of `task` (None: none is correct)."""
-    best: dict[str, Attempt | None] = {}
-    for a in group:
-        if a.task != task or a.sample >= k:
-            continue
-        t, b = a.evaluation.latency, best.setdefault(a.workload, None)
-        if t and (b is None or t < b.evaluation.latency):
-            best[a.workload] = a
-    return best
 
 
 def _best_of(group: list[Attempt], task: str, k: int) -> dict[str, float | None]:

@@ -61,11 +61,12 @@ from dragonlab.core.errors import InputError, one_line
 from dragonlab.core.jsonl import append_lines, read_lines, write_atomic
 from dragonlab.core.progress import progress_bar
 from dragonlab.evaluation.evaluate import Evaluation
-from dragonlab.learn.attempts import Attempt, ModelWriter, per_workload, refine_in_turns, write_and_evaluate
+from dragonlab.learn.attempts import (Attempt, ModelWriter, best_attempts, per_workload, refine_in_turns,
+                                      write_and_evaluate)
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
 from dragonlab.reporting.compare import ModelComparison, compare_models
 from dragonlab.reporting.config import ReportConfig
-from dragonlab.reporting.metrics import best_attempts, metrics
+from dragonlab.reporting.metrics import metrics
 from dragonlab.reporting.results import LLMSystem, Report
 
 __all__ = ["ReportConfig", "Report", "run_report", "read_report", "held_out_rows", "llm_system", "model_systems"]

@@ -232,7 +232,8 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
     `turns.jsonl`, resumed), and the wall time they took (None when they were resumed). A turn is
     an attempt numbered after the task's `attempts`."""
     from dragonlab.evaluation.evaluate import Evaluation
-    from dragonlab.learn.attempts import Attempt, ModelWriter, judged, pending, refine_in_turns, write_and_evaluate
+    from dragonlab.learn.attempts import (Attempt, ModelWriter, best_attempts, judged, pending, read_turns,
+                                          refine_in_turns, write_and_evaluate)
     from dragonlab.learn.prompts import CONSTRUCTION, construction_prompt, kernel_text
 
     path, turn_path, times = out / "attempts.jsonl", out / "turns.jsonl", out / "seconds.jsonl"
@@ -240,8 +241,8 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
     rows = [{"prompt": construction_prompt(kernel_text(w, config.prompt_form), spec.name), "workload": w.key,
              "task": CONSTRUCTION, "index": i, "name": w.name} for i, w in enumerate(workloads)]
     todo = pending(rows, SPLIT, path, config.attempts)
-    turned = set(read_lines(turn_path, lambda d: (d["index"], d["turn"]))) if turn_path.exists() else set()
-    unturned = [row for row in rows if any((row["index"], t) not in turned for t in range(1, config.turns + 1))]
+    turned = read_turns(turn_path)
+    unturned = [row for row in rows if any((SPLIT, row["index"], t) not in turned for t in range(1, config.turns + 1))]
     if todo or unturned:
         from dragonlab.learn import models
 
@@ -264,7 +265,7 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
         append_lines(turn_path, ({"split": SPLIT, "index": row["index"], "turn": t, "workload": row["workload"],
                                   "task": CONSTRUCTION, "script": "", "evaluation": nothing(row).to_json()}
                                  for row in full if row in unturned for t in range(1, config.turns + 1)
-                                 if (row["index"], t) not in turned))
+                                 if (SPLIT, row["index"], t) not in turned))
         fits = [row for row in rows if row not in full]
         batch = 8
         with ModelWriter(model, tokenizer, temperature=config.temperature, max_new_tokens=config.max_new_tokens,
@@ -272,26 +273,21 @@ def _dragon(workloads: list[Workload], spec, out: Path, dragon: Path, evaluator,
             write_and_evaluate(writer, evaluator, rows, by_key, split=SPLIT, n=config.attempts, out=path,
                                seed=config.seed, per_batch=max(1, batch // config.attempts), progress=progress)
             if config.turns:
+                best = best_attempts([a for group in judged(path, SPLIT, rows, config.attempts).values() for a in group],
+                                     CONSTRUCTION, config.attempts)
                 refine_in_turns(writer, evaluator, {(SPLIT, row["index"]): row for row in rows}, by_key,
-                                _best_per_row(judged(path, SPLIT, rows, config.attempts)), turns=config.turns,
+                                {(SPLIT, row["index"]): best.get(row["workload"]) for row in rows}, turns=config.turns,
                                 path=turn_path, seed=config.seed, progress=progress)
-        if len(todo) == len(rows) and len(unturned) == (len(rows) if config.turns else 0):  # else resumed: unknown
+        if len(todo) == len(rows) and not turned:  # else resumed: its wall time is unknown
             append_lines(times, [{"system": DRAGON, "seconds": time.monotonic() - start}])
     seconds = dict(read_lines(times, lambda d: (d["system"], d["seconds"]))) if times.exists() else {}
     attempts = [a for group in judged(path, SPLIT, rows, config.attempts).values() for a in group]
     if config.turns:
         names = {row["index"]: row["name"] for row in rows}
-        lines = dict(read_lines(turn_path, lambda d: ((d["index"], d["turn"]), d)))  # the last line of a turn wins
         attempts += [Attempt(SPLIT, index, config.attempts + turn - 1, d["task"], d["workload"], names[index],
                              d["script"], Evaluation.from_json(d["evaluation"]))
-                     for (index, turn), d in sorted(lines.items()) if turn <= config.turns]
+                     for (_, index, turn), d in sorted(read_turns(turn_path).items()) if turn <= config.turns]
     return attempts, seconds.get(DRAGON)
-
-
-def _best_per_row(groups: dict[int, list]) -> dict[tuple[str, int], object]:
-    """{(SPLIT, index): the fastest correct attempt at the row, or None}."""
-    return {(SPLIT, index): min((a for a in group if a.evaluation.latency), key=lambda a: a.evaluation.latency,
-                                default=None) for index, group in groups.items()}
 
 
 def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, trials: int, config: TuneConfig,
