@@ -36,7 +36,8 @@ def add_compare(sub, name: str, help: str):
                    help="attempts per prompt and model, sample i of A paired with sample i of B: power where "
                         "prompts are few")
     c.add_argument("--constrained", action="store_true", help="constrained decoding for both models")
-    c.add_argument("--out", type=Path, required=True, help="directory for both models' attempts (appended)")
+    c.add_argument("--out", type=Path, required=True, help="directory for both models' attempts and the side by side timings (appended; "
+                        "a rerun resumes) and comparison.json")
     c.set_defaults(run=compare)
 
 
@@ -60,7 +61,8 @@ def compare(args) -> int:
     with Evaluator(dataset.target_of(dsd, splits)) as evaluator:
         judged = {name: _attempts(args, name, path, evaluator, dsd, workloads, splits)
                   for name, path in (("a", args.a), ("b", args.b))}
-        result = compare_models(evaluator, workloads, judged["a"], judged["b"], progress=True)
+        result = compare_models(evaluator, workloads, judged["a"], judged["b"], record=args.out / "timings.jsonl",
+                                progress=True)
     print(result.text())
     write_atomic(args.out / "comparison.json", json.dumps({"a": str(args.a), "b": str(args.b), "splits": splits,
                                                            **result.to_json()}, indent=1) + "\n")

@@ -33,13 +33,19 @@ notebook 05):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dragonlab.core.jsonl import append_lines, read_lines
+from dragonlab.core.progress import progress_bar
 from dragonlab.evaluation.reward import RewardConfig, reward
 
 if TYPE_CHECKING:  # the results (ModelComparison) are read without the evaluator and TVM
@@ -113,16 +119,31 @@ def geomean(xs) -> float | None:
 
 def geomean_interval(ratios: list[float], *, level: float = 0.95, draws: int = 2000,
                      seed: int = 0) -> tuple[float, float] | None:
-    """A bootstrap interval of the geometric mean of `ratios` (percentile method: the workloads
+    """A bootstrap interval of the geometric mean of `ratios` (percentile method: the ratios
     resampled with replacement `draws` times, seeded); None for fewer than two."""
+    interval = mean_interval([math.log(r) for r in ratios], level=level, draws=draws, seed=seed)
+    return (math.exp(interval[0]), math.exp(interval[1])) if interval else None
+
+
+def mean_interval(values: list[float], clusters: list | None = None, *, level: float = 0.95, draws: int = 2000,
+                  seed: int = 0) -> tuple[float, float] | None:
+    """A bootstrap interval of the mean of `values` (percentile method, `draws` resamples,
+    seeded). `clusters`: one label per value; values that share a label are resampled together
+    (a prompt's attempts, which share its kernel and its difficulty, are not independent
+    draws); by default each value is its own. None for fewer than two clusters."""
     import numpy as np
 
-    if len(ratios) < 2:
+    labels = list(range(len(values))) if clusters is None else clusters
+    index = {c: i for i, c in enumerate(dict.fromkeys(labels))}
+    if len(index) < 2:
         return None
-    logs = np.log(np.asarray(ratios, dtype=float))
-    means = logs[np.random.default_rng(seed).integers(0, len(logs), (draws, len(logs)))].mean(axis=1)
+    at = np.fromiter((index[c] for c in labels), dtype=int, count=len(labels))
+    sums = np.bincount(at, weights=np.asarray(values, dtype=float), minlength=len(index))
+    sizes = np.bincount(at, minlength=len(index)).astype(float)
+    picks = np.random.default_rng(seed).integers(0, len(index), (draws, len(index)))
+    means = sums[picks].sum(axis=1) / sizes[picks].sum(axis=1)
     low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return math.exp(low), math.exp(high)
+    return float(low), float(high)
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -136,20 +157,46 @@ def sign_test(wins: int, losses: int) -> float:
 
 
 def time_pairs(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *, rounds: int = 3,
-               progress: bool = False) -> list[PairTiming]:
-    """Where both attempts at a prompt are correct, their kernels timed side by side (protocol, 2)."""
+               record: str | os.PathLike | None = None, chunk: int = 32, progress: bool = False) -> list[PairTiming]:
+    """Where both attempts at a prompt are correct, their kernels timed side by side (protocol, 2).
+    `record`: a file the timings are appended to, `chunk` pairs at a time; a rerun times only the
+    pairs it lacks (a line counts for its pair only while both scripts are the ones it timed), so
+    a killed comparison loses at most one chunk."""
     pairs = [(x, y) for x, y in _pairs(a, b) if x.evaluation.latency and y.evaluation.latency]
-    timed = evaluator.time_together([(workloads[x.workload], [x.script, y.script, x.script]) for x, y in pairs],
-                                    rounds=rounds, progress=progress)
-    out = []
-    for (x, _), lat in zip(pairs, timed):
-        ta, tb, ta2 = lat
-        ok = ta is not None and tb is not None and ta2 is not None
-        out.append(PairTiming(x.split, x.index, x.task,
-                              statistics.median(math.log(q / p) for p, q in zip(ta, tb)) if ok else None,
-                              statistics.median(math.log(q / p) for p, q in zip(ta, ta2)) if ok else None,
-                              x.sample))
-    return out
+    done: dict[tuple, PairTiming] = {}
+    if record is not None and Path(record).exists():
+        for line in read_lines(record):
+            done[(line["split"], line["index"], line["sample"], line["pair"])] = PairTiming(
+                **{k: v for k, v in line.items() if k != "pair"})
+    todo = [(x, y) for x, y in pairs if (*_key(x), _pair_digest(x, y)) not in done]
+    with progress_bar(total=len(pairs), initial=len(pairs) - len(todo), desc="timed side by side", unit="pair",
+                      progress=progress) as bar:
+        step = chunk if record is not None else max(len(todo), 1)  # nowhere to keep a part: all at once
+        for start in range(0, len(todo), step):
+            part = todo[start:start + step]
+            timed = evaluator.time_together([(workloads[x.workload], [x.script, y.script, x.script]) for x, y in part],
+                                            rounds=rounds, progress=False)
+            new = {(*_key(x), _pair_digest(x, y)): _pair_timing(x, lat) for (x, y), lat in zip(part, timed)}
+            if record is not None:
+                append_lines(record, [{**asdict(t), "pair": key[-1]} for key, t in new.items()])
+            done.update(new)
+            bar.update(len(part))
+    return [done[(*_key(x), _pair_digest(x, y))] for x, y in pairs]
+
+
+def _pair_timing(x: Attempt, latencies: list) -> PairTiming:
+    """A's kernel, B's and A's again, one latency per round each: log(B / A) and log(A' / A)."""
+    ta, tb, ta2 = latencies
+    ok = ta is not None and tb is not None and ta2 is not None
+    return PairTiming(x.split, x.index, x.task,
+                      statistics.median(math.log(q / p) for p, q in zip(ta, tb)) if ok else None,
+                      statistics.median(math.log(q / p) for p, q in zip(ta, ta2)) if ok else None,
+                      x.sample)
+
+
+def _pair_digest(x: Attempt, y: Attempt) -> str:
+    """What a recorded timing was of: both scripts."""
+    return hashlib.sha256(json.dumps([x.script, y.script]).encode()).hexdigest()[:16]
 
 
 def _pairs(a: list[Attempt], b: list[Attempt]) -> list[tuple[Attempt, Attempt]]:
@@ -217,11 +264,12 @@ def compare(a: list[Attempt], b: list[Attempt], timings: Sequence[PairTiming], t
 
 def compare_models(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *, rounds: int = 3,
                    quantile: float = 0.95, reward_config: RewardConfig = RewardConfig(),
-                   progress: bool = False) -> ModelComparison:
+                   record: str | os.PathLike | None = None, progress: bool = False) -> ModelComparison:
     """B's attempts against A's on the same prompts (paired by split, index and sample), by the
     protocol above, the kernels timed again by `evaluator`. `workloads`: by key, as `dataset.load`
-    gives them."""
-    timings = time_pairs(evaluator, workloads, a, b, rounds=rounds, progress=progress)
+    gives them. `record`: where the timings are appended as they are made, and read back by a
+    rerun (`time_pairs`)."""
+    timings = time_pairs(evaluator, workloads, a, b, rounds=rounds, record=record, progress=progress)
     threshold = noise_threshold(timings, quantile)
     retimed = sum(t.null is not None for t in timings)
     return ModelComparison(threshold, retimed, tuple(compare(a, b, timings, threshold, reward_config)), tuple(timings))

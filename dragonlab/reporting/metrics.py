@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from dragonlab.learn.attempts import Attempt, best_attempts, summary
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
-from dragonlab.reporting.compare import ModelComparison, geomean, geomean_interval
+from dragonlab.reporting.compare import ModelComparison, geomean, geomean_interval, mean_interval
 from dragonlab.reporting.config import ReportConfig
 from dragonlab.reporting.results import (PAPER, Audit, BaselineMetrics, BestOfKCurve, BestOfKPoint, Match,
                                          MatchTime, Ratio, Report, SeededSearch, Stats, SummaryRow, SystemMetrics,
@@ -30,14 +30,17 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def stats(speedups: list[float | None]) -> Stats:
-    """Geomean, mean and median of speedups where None (incorrect) counts as 1, and the geomean
-    of the correct ones alone."""
+def stats(speedups: list[float | None], clusters: list | None = None) -> Stats:
+    """Geomean, mean and median of speedups where None (incorrect) counts as 1, the geomean of the
+    correct ones alone, and the geomean's bootstrap 95% interval (`clusters`: one label per
+    speedup, those sharing one resampled together: a prompt's attempts)."""
     counted = [s if s else 1.0 for s in speedups]
     correct = [s for s in speedups if s]
+    interval = mean_interval([math.log(s) for s in counted], clusters)
     return Stats(n=len(speedups), correct=len(correct), geomean=geomean(counted),
                  mean=sum(counted) / len(counted) if counted else None,
-                 median=statistics.median(counted) if counted else None, geomean_correct=geomean(correct))
+                 median=statistics.median(counted) if counted else None, geomean_correct=geomean(correct),
+                 interval=(math.exp(interval[0]), math.exp(interval[1])) if interval else None)
 
 
 def fast_p(latencies: list[float | None], baselines: list[float | None], p: float) -> float | None:
@@ -147,16 +150,18 @@ def _system(group: list[Attempt], unscheduled: dict, ms: dict, config: ReportCon
         fast = {"unscheduled": {p: fast_p(lat, ref, p) for p in config.p}}
         for budget, by_key in ms.items():
             fast[f"metaschedule@{budget}"] = {p: fast_p(lat, [by_key.get(a.workload) for a in g], p) for p in config.p}
+        prompt = [(a.split, a.index) for a in g]
         versus_input = None
         if task == REFINEMENT:
             inputs = [a.evaluation.reference_latency if a.evaluation.latency else None for a in g]
             fast["input script"] = {p: fast_p(lat, inputs, p) for p in config.p}
-            versus_input = stats([a.evaluation.speedup for a in g])
+            versus_input = stats([a.evaluation.speedup for a in g], prompt)
         tasks["overall" if task == "all" else task] = TaskMetrics(
             attempts=len(g), prompts=len(by_prompt), correct=sum(a.evaluation.correct for a in g) / len(g),
+            correct_interval=mean_interval([float(a.evaluation.correct) for a in g], prompt),
             pass_at_k={k: sum(pass_at_k(len(v), sum(v), k) for v in by_prompt.values()) / len(by_prompt)
                        for k in (1, 2, 4, 8, 16, 32, 64) if k <= n},
-            speedup_vs_unscheduled=stats([b / t if t and b else None for t, b in zip(lat, ref)]),
+            speedup_vs_unscheduled=stats([b / t if t and b else None for t, b in zip(lat, ref)], prompt),
             fast_p=fast, speedup_vs_input=versus_input)
     return SystemMetrics(summary=tuple(from_json(SummaryRow, row) for row in summary(group)), **tasks)
 
@@ -269,8 +274,9 @@ def _curve(group: list[Attempt], unscheduled: dict, k: int, ms: dict, held: list
             passed.append(any(a.evaluation.correct for a in tries[:j]))
         if prompts:
             versus = _versus(_best_of(group, CONSTRUCTION, j), ms, held) if j & (j - 1) == 0 or j == k else {}
-            curve.append(BestOfKPoint(k=j, geomean_speedup=stats(speedups).geomean, solved=sum(passed) / len(passed),
-                                      vs_metaschedule=versus))
+            speed = stats(speedups)
+            curve.append(BestOfKPoint(k=j, geomean_speedup=speed.geomean, solved=sum(passed) / len(passed),
+                                      vs_metaschedule=versus, interval=speed.interval))
     return BestOfKCurve(prompts=len(prompts), points=tuple(curve))
 
 
@@ -287,7 +293,8 @@ def _turn_curve(rows: list[dict], unscheduled: dict, turns: int) -> TurnCurve:
             ref = unscheduled.get(next(iter(per_turn.values()))["workload"])
             speedups.append(ref / min(lat) if lat and ref else None)
         if by_prompt:
-            points.append(TurnPoint(turn=t, geomean_speedup=stats(speedups).geomean,
+            speed = stats(speedups)
+            points.append(TurnPoint(turn=t, geomean_speedup=speed.geomean, interval=speed.interval,
                                     correct=sum(bool(s) for s in speedups) / len(speedups)))
     return TurnCurve(prompts=len(by_prompt), points=tuple(points))
 

@@ -8,6 +8,7 @@ and does RL beat SFT? Computed on held-out workloads, by the protocol in docs/re
     turns-<system>.jsonl      multi-turn refinement from each construction prompt
     baselines.jsonl           unscheduled, random, dlight, MetaSchedule at each budget, seeded search
     together.jsonl            per workload, the systems' best-of-k and MetaSchedule's kernels timed side by side
+    rl-vs-sft.jsonl           RL vs SFT: both models' kernels at each prompt timed side by side
     search/, seeded-<system>/ the searches' record stores (every measured candidate) and wall times
     report.json               every metric, with the files it was computed from
     report.html               one self-contained page: tables, plotly figures, the paper's numbers
@@ -144,7 +145,8 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
                                           out / "together.jsonl", progress)
         rl_vs_sft = None
         if "sft" in attempts and "rl" in attempts:
-            rl_vs_sft = _rl_vs_sft(evaluator, workloads, attempts, config.compared_draws, progress)
+            rl_vs_sft = _rl_vs_sft(evaluator, workloads, attempts, config.compared_draws, out / "rl-vs-sft.jsonl",
+                                   progress)
 
     report = replace(
         metrics(attempts, turns, base, config, held, rl_vs_sft), workload_names={k: workloads[k].name for k in held},
@@ -315,10 +317,11 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
             for key, by_system in done.items()}
 
 
-def _rl_vs_sft(evaluator, workloads, attempts, draws: int, progress: bool) -> ModelComparison:
-    """RL against SFT on the first `draws` attempts at each prompt, paired by sample."""
+def _rl_vs_sft(evaluator, workloads, attempts, draws: int, record: Path, progress: bool) -> ModelComparison:
+    """RL against SFT on the first `draws` attempts at each prompt, paired by sample; the side by
+    side timings appended to `record` as they are made (a rerun times only what it lacks)."""
     first = {name: [a for a in attempts[name] if a.sample < draws] for name in ("sft", "rl")}
-    return compare_models(evaluator, workloads, first["sft"], first["rl"], progress=progress)
+    return compare_models(evaluator, workloads, first["sft"], first["rl"], record=record, progress=progress)
 
 
 def read_report(path: str | os.PathLike) -> Report:

@@ -29,6 +29,11 @@ def fmt(x, kind: str = "") -> str:
     return html.escape(str(x))
 
 
+def with_interval(x, interval: tuple[float, float] | None, kind: str = "") -> str:
+    """A figure and its bootstrap 95% interval: "2.31x (1.90x to 2.80x)"."""
+    return fmt(x, kind) + (f" ({fmt(interval[0], kind)} to {fmt(interval[1], kind)})" if interval else "")
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
@@ -46,7 +51,8 @@ def sections(report: Report) -> list[tuple[str, str]]:
     paper, rows = report.paper, []
     cmp = report.rl_vs_sft
     for task in tasks:
-        ours = ", ".join(f"{n} {fmt(s.task(task).correct if s.task(task) else None, '%')}" for n, s in systems.items())
+        ours = ", ".join(f"{n} {with_interval(s.task(task).correct, s.task(task).correct_interval, '%')}"
+                         for n, s in systems.items() if s.task(task))
         rows.append([f"per-attempt correctness, {task}", fmt(paper.correct(task), "%"), ours or "–"])
         row = next((r for r in (cmp.rows if cmp else ()) if r.task == task), None)
         rows.append([f"RL faster than SFT, {task}", paper.rl_wins(task),
@@ -79,14 +85,14 @@ def sections(report: Report) -> list[tuple[str, str]]:
     for n, t, m in by_task:
         for label, st in (("unscheduled", m.speedup_vs_unscheduled), ("input script", m.speedup_vs_input)):
             if st:
-                rows.append([n, t, label, fmt(st.geomean, "x"), fmt(st.mean, "x"), fmt(st.median, "x"),
-                             fmt(st.geomean_correct, "x"), f"{st.correct}/{st.n}"])
+                rows.append([n, t, label, with_interval(st.geomean, st.interval, "x"), fmt(st.mean, "x"),
+                             fmt(st.median, "x"), fmt(st.geomean_correct, "x"), f"{st.correct}/{st.n}"])
     for n, b in report.baselines.items():
         st = b.speedup_vs_unscheduled
-        rows.append([n, "per workload", "unscheduled", fmt(st.geomean, "x"), fmt(st.mean, "x"),
+        rows.append([n, "per workload", "unscheduled", with_interval(st.geomean, st.interval, "x"), fmt(st.mean, "x"),
                      fmt(st.median, "x"), fmt(st.geomean_correct, "x"), f"{st.correct}/{st.n}"])
     out.append(("Speedups (an incorrect kernel counts as 1x: the unscheduled kernel is kept; "
-                "'geomean correct' leaves them out)",
+                "'geomean correct' leaves them out; bootstrap 95% intervals, a prompt's attempts resampled together)",
                 table(["system", "task", "against", "geomean", "mean", "median", "geomean correct", "correct"], rows)))
 
     budgets = sorted(cfg.budgets)
@@ -95,11 +101,11 @@ def sections(report: Report) -> list[tuple[str, str]]:
         cells = []
         for b in budgets:
             r = by_budget.get(b)
-            cells.append(f"{fmt(r.geomean_latency_ratio if r else None, 'x')} ({r.workloads if r else 0} wl)")
+            cells.append(f"{with_interval(r.geomean_latency_ratio, r.interval, 'x')}; {r.workloads} wl" if r else "–")
         rows.append([html.escape(n)] + cells)
     timed = "; kernels timed again side by side" if report.timed_side_by_side else ""
-    out.append((f"Model best-of-{cfg.k} vs MetaSchedule at N trials (geomean latency ratio; < 1: faster than "
-                f"search{timed})",
+    out.append((f"Model best-of-{cfg.k} vs MetaSchedule at N trials (geomean latency ratio, bootstrap 95% "
+                f"interval over workloads; < 1: faster than search{timed})",
                 table(["system"] + [f"N = {b}" for b in budgets], rows)))
 
     rows = [[html.escape(n), str(p.k)] + [fmt(p.vs_metaschedule[b].geomean_latency_ratio, "x")

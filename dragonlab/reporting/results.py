@@ -70,6 +70,7 @@ class Stats:
     mean: float | None
     median: float | None
     geomean_correct: float | None = field(metadata=_key("geomean correct"))
+    interval: tuple[float, float] | None = field(default=None, metadata=_OPTIONAL)  # geomean's, bootstrap 95%
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ class TaskMetrics:
     speedup_vs_unscheduled: Stats
     fast_p: dict[str, dict[float, float | None]]  # baseline ("unscheduled", "metaschedule@N", ...) -> p -> share
     speedup_vs_input: Stats | None = field(default=None, metadata=_OPTIONAL)  # refinement only
+    # `correct`'s bootstrap 95% interval, prompts resampled (a prompt's attempts together)
+    correct_interval: tuple[float, float] | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +186,7 @@ class BestOfKPoint:
     solved: float
     # k a power of two or the last: best-of-k latency / MetaSchedule at N's, per budget N
     vs_metaschedule: dict[int, Ratio] = field(default_factory=dict)
+    interval: tuple[float, float] | None = field(default=None, metadata=_OPTIONAL)  # geomean's, bootstrap 95%
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,7 @@ class TurnPoint:
     turn: int
     geomean_speedup: float | None
     correct: float
+    interval: tuple[float, float] | None = field(default=None, metadata=_OPTIONAL)  # geomean's, bootstrap 95%
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,11 @@ def test_metrics_on_hand_made_numbers():
     m = r.systems["m"]
     assert m.construction.correct == 0.75 and m.refinement.correct == 0.5 and m.task("all").attempts == 6
     assert m.construction.pass_at_k == {1: 0.75, 2: 1.0}
+    # intervals resample prompts, a prompt's attempts together: 2 of 2 correct at one, 1 of 2 at
+    # the other (0.25 would be a resample of single attempts); speedups 2x, 4x at one and 1x
+    # (incorrect), 8x at the other have the same geomean, so every resample does too
+    assert m.construction.correct_interval == (0.5, 1.0)
+    assert m.construction.speedup_vs_unscheduled.interval == (pytest.approx(2 ** 1.5), pytest.approx(2 ** 1.5))
     assert m.construction.speedup_vs_input is None
     assert m.refinement.speedup_vs_input.geomean == pytest.approx(math.sqrt(2.0))  # 2x and 1 (incorrect)
     assert m.refinement.fast_p["input script"][2.0] == 0.0  # 10/5 = 2 is not faster than 2x
@@ -312,6 +317,53 @@ def test_compare_models_times_both_kernels_side_by_side_and_measures_the_noise_a
     assert ModelComparison.from_json(result.to_json()) == result
     older = {k: v for k, v in result.to_json().items() if k != "timings"}  # written before timings were kept
     assert ModelComparison.from_json(older).timings == ()
+
+
+def test_a_killed_comparison_keeps_the_pairs_it_timed_and_a_rerun_times_only_the_rest(tmp_path):
+    from dragonlab.reporting.compare import time_pairs
+
+    sft = [_attempt("test", i, 0, "construction", w, 1.0) for i, w in enumerate("abcde")]
+    rl = [replace(x, script="get C\nloops b0 >3") for x in sft]
+    timed = {(w, s): t for w in "abcde" for s, t in (("get C", 2.0), ("get C\nloops b0 >3", 1.0))}
+    keys = {w: w for w in "abcde"}
+
+    class Killed(_SideBySide):
+        def time_together(self, groups, rounds=3, progress=False):
+            if len(self.groups) == 2:
+                raise KeyboardInterrupt  # killed while timing the third chunk
+            return super().time_together(groups, rounds, progress)
+
+    record = tmp_path / "rl-vs-sft.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        time_pairs(Killed(timed, dict.fromkeys("abcde", 1.0)), keys, sft, rl, record=record, chunk=2)
+    assert len(record.read_text().splitlines()) == 4  # two chunks of two pairs, on disk
+    again = _SideBySide(timed, dict.fromkeys("abcde", 1.0))
+    first = time_pairs(again, keys, sft, rl, record=record, chunk=2)
+    assert [[w for w, _ in g] for g in again.groups] == [["e"]]  # only the pair it lacked
+    assert [t.index for t in first] == [0, 1, 2, 3, 4] and {t.change for t in first} == {math.log(0.5)}
+    # a line counts for its pair only while both scripts are the ones it timed
+    rl[1] = replace(rl[1], script="get C\nloops b0 >4")
+    timed[("b", "get C\nloops b0 >4")] = 4.0
+    again.groups.clear()
+    second = time_pairs(again, keys, sft, rl, record=record, chunk=2)
+    assert [[w for w, _ in g] for g in again.groups] == [["b"]] and second[1].change == pytest.approx(math.log(2))
+    # compare_models with the record reads it all back: nothing is timed
+    again.groups.clear()
+    assert compare_models(again, keys, sft, rl, record=record).rows[-1].losses == 1 and again.groups == []
+
+
+def test_a_clustered_bootstrap_resamples_a_prompt_s_attempts_together():
+    from dragonlab.reporting.compare import geomean_interval, mean_interval
+
+    assert mean_interval([1.0, 0.0], ["p", "p"]) is None  # one prompt: nothing to resample
+    # 8 prompts of 8 attempts each; a prompt is either all correct or all wrong
+    values = [float(i % 2) for i in range(8) for _ in range(8)]
+    prompts = [i for i in range(8) for _ in range(8)]
+    apart, together = mean_interval(values), mean_interval(values, prompts)
+    assert apart[0] < 0.5 < apart[1] and together[0] < 0.5 < together[1]
+    assert together[1] - together[0] > 2 * (apart[1] - apart[0])  # 8 draws, not 64
+    low, high = geomean_interval([0.5, 0.8, 1.1, 0.7])
+    assert (math.log(low), math.log(high)) == pytest.approx(mean_interval([math.log(x) for x in (0.5, 0.8, 1.1, 0.7)]))
 
 
 def _imports(path: Path, module: str, known: set[str]) -> set[str]:
