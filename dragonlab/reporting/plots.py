@@ -161,24 +161,38 @@ def report_search_figure(report: Report) -> go.Figure:
 
 
 def report_scaling_figure(report: Report) -> go.Figure:
-    """Test-time scaling: geomean speedup over the unscheduled kernel against best-of-k and against turns."""
+    """Test-time scaling: geomean speedup over the unscheduled kernel against best-of-k and against
+    turns, each point with its bootstrap 95% interval."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("best of k attempts", "refinement turns"))
-    for i, (name, curve) in enumerate(report.best_of_k_curve.items()):
-        pts = curve.points
-        fig.add_scatter(x=[p.k for p in pts], y=[p.geomean_speedup for p in pts], mode="lines+markers",
-                        name=name, legendgroup=name, line_color=_PALETTE[i % len(_PALETTE)], row=1, col=1)
-    for i, (name, curve) in enumerate(report.turns.items()):
-        pts = curve.points
-        fig.add_scatter(x=[p.turn for p in pts], y=[p.geomean_speedup for p in pts], mode="lines+markers",
-                        name=name, legendgroup=name, showlegend=name not in report.best_of_k_curve,
-                        line_color=_PALETTE[i % len(_PALETTE)], row=1, col=2)
+    for col, (curves, x) in enumerate(((report.best_of_k_curve, "k"), (report.turns, "turn")), start=1):
+        for i, (name, curve) in enumerate(curves.items()):
+            pts = curve.points
+            fig.add_scatter(x=[getattr(p, x) for p in pts], y=[p.geomean_speedup for p in pts], mode="lines+markers",
+                            error_y=_interval_bars(pts), name=name, legendgroup=name,
+                            showlegend=col == 1 or name not in report.best_of_k_curve,
+                            line_color=_PALETTE[i % len(_PALETTE)], row=1, col=col)
+    ks = [p.k for curve in report.best_of_k_curve.values() for p in curve.points]
+    if ks and max(ks) > 8:  # 64 attempts: powers of two on a log axis, not 64 ticks
+        ticks = [2 ** i for i in range(max(ks).bit_length()) if 2 ** i <= max(ks)]
+        fig.update_xaxes(title="k", type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], row=1, col=1)
+    else:
+        fig.update_xaxes(title="k", dtick=1, row=1, col=1)
     fig.update_yaxes(title="geomean speedup vs unscheduled (incorrect = 1x)", row=1, col=1)
-    fig.update_xaxes(title="k", dtick=1, row=1, col=1)
     fig.update_xaxes(title="turn", dtick=1, row=1, col=2)
-    fig.update_layout(template="plotly_white", title="Test-time scaling", width=900, height=420)
+    fig.update_layout(template="plotly_white", title="Test-time scaling (bars: bootstrap 95% intervals over prompts)",
+                      width=900, height=420)
     return fig
+
+
+def _interval_bars(points) -> dict | None:
+    """plotly error bars from each point's `interval` around its `geomean_speedup` (none without)."""
+    if not all(p.interval and p.geomean_speedup for p in points):
+        return None
+    return {"type": "data", "symmetric": False, "thickness": 1, "width": 2,
+            "array": [p.interval[1] - p.geomean_speedup for p in points],
+            "arrayminus": [p.geomean_speedup - p.interval[0] for p in points]}
 
 
 def report_latency_figure(report: Report) -> go.Figure:
