@@ -124,7 +124,8 @@ def latency_figure(labelled: list[tuple[str, Evaluation]]) -> go.Figure:
 # --- the replication report (dragonlab.reporting.results.Report) ---------------------------------------
 
 def report_correctness_figure(report: Report) -> go.Figure:
-    """Per system and task, the share of attempts that stopped at each stage."""
+    """Per system and task, the share of attempts that stopped at each stage (the failures: a
+    correct attempt stops nowhere)."""
     fig = go.Figure()
     labels, shares = [], []
     for name, system in report.systems.items():
@@ -136,8 +137,8 @@ def report_correctness_figure(report: Report) -> go.Figure:
         ys = [share.get(stage, 0.0) for share in shares]
         if any(ys):
             fig.add_bar(x=labels, y=ys, name=stage, marker_color=_STAGE_COLOURS[stage])
-    fig.update_layout(barmode="stack", template="plotly_white", title="Per-attempt outcome by stage",
-                      yaxis_title="share of attempts", yaxis_tickformat=".0%", legend_title="stage",
+    fig.update_layout(barmode="stack", template="plotly_white", title="Failed attempts, by the stage where they stopped",
+                      yaxis_title="share of attempts", yaxis_tickformat=".2~%", legend_title="stage",
                       width=760, height=420)
     return fig
 
@@ -196,19 +197,29 @@ def _interval_bars(points) -> dict | None:
 
 
 def report_latency_figure(report: Report) -> go.Figure:
-    """Per held-out workload: each system's best kernel latency (ms, log); missing = no correct kernel."""
+    """Per held-out workload (a row): each system's best kernel latency (ms, log) as a marker, so
+    66 workloads and a dozen systems stay readable; missing = no correct kernel."""
     names = report.workload_names
     keys = list(names) or sorted({k for b in report.baselines.values() for k in b.per_workload})
     series = {f"{n} best-of-k": by_key for n, by_key in report.best_of_k.items()}
     series.update({n: {k: v.latency for k, v in b.per_workload.items()} for n, b in report.baselines.items()})
+    rows = [_short(names.get(k, k)) for k in keys]
     fig = go.Figure()
-    for name, by_key in series.items():
-        fig.add_bar(x=[names.get(k, k) for k in keys], y=[(by_key.get(k) or float("nan")) * 1e3 for k in keys],
-                    name=name)
-    fig.update_yaxes(type="log", title="latency (ms, median of repeats)")
-    fig.update_layout(template="plotly_white", barmode="group", title="Kernels per held-out workload",
-                      width=900, height=460)
+    for i, (name, by_key) in enumerate(series.items()):
+        fig.add_scatter(y=rows, x=[(by_key.get(k) or float("nan")) * 1e3 for k in keys], mode="markers", name=name,
+                        marker=dict(symbol=_SYMBOLS[i % len(_SYMBOLS)], size=8, opacity=0.8),
+                        hovertemplate=name + "<br>%{y}: %{x:.3g} ms<extra></extra>")
+    fig.update_xaxes(type="log", title="latency (ms, median of repeats)")
+    fig.update_yaxes(autorange="reversed", showgrid=True)
+    fig.update_layout(template="plotly_white", title="Kernels per held-out workload", width=900,
+                      height=max(420, 160 + 18 * len(keys)))
     return fig
 
 
+def _short(name: str, limit: int = 48) -> str:
+    return name if len(name) <= limit else name[:limit - 1] + "…"
+
+
+_SYMBOLS = ("circle", "diamond", "square", "x", "triangle-up", "cross", "triangle-down", "star", "pentagon",
+            "hexagon", "circle-open", "diamond-open")
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")

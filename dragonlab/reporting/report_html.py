@@ -196,7 +196,9 @@ def write_pngs(report: Report, folder: str | os.PathLike, *, scale: float = 2) -
     folder.mkdir(parents=True, exist_ok=True)
     figs = figures(report)
     paths = [folder / f"{name}.png" for name in figs]
-    pio.write_images(list(figs.values()), paths, scale=scale)
+    # one Chrome for all; each at its own layout size (write_images alone draws every one at 700 x 500)
+    pio.write_images(list(figs.values()), paths, scale=scale, width=[f.layout.width for f in figs.values()],
+                     height=[f.layout.height for f in figs.values()])
     return paths
 
 

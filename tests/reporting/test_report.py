@@ -279,7 +279,7 @@ def test_the_page_and_figures_read_a_report():
     random = tables["Model best-of-2 vs 2 random design-space samples (geomean latency ratio, bootstrap 95% interval "
                     "over workloads; < 1: faster than the samples)"]
     assert "<td>m</td><td>0.354x</td><td>0.25x to 0.5x</td><td>2</td>" in random
-    assert [t.name for t in figs["latency"].data][:1] == ["m best-of-k"] and list(figs["latency"].data[0].x) == ["wa", "wb"]
+    assert [t.name for t in figs["latency"].data][:1] == ["m best-of-k"] and list(figs["latency"].data[0].y) == ["wa", "wb"]
     # best-of-1: 2x on a, none correct on b (1x): geomean sqrt(2), the two prompts resampled: 1x to 2x
     first = figs["scaling"].data[0]
     assert (first.y[0], first.error_y.array[0], first.error_y.arrayminus[0]) == (
