@@ -168,6 +168,10 @@ def summary_text(report) -> str:
                  else f"N={n}: -" for n, r in by_budget.items()]
         label = name if "best-of" in name else f"{name} best-of-{report.config.k}"
         lines.append(f"{label} latency / MetaSchedule at N: {', '.join(cells)}")
+    if any(report.audit.contended.values()):
+        counts = ", ".join(f"{n} {c}" for n, c in report.audit.contended.items())
+        lines.append(f"warning: attempts timed while other processes kept the cores busy ({counts}): their "
+                     "latencies are not to be trusted; rerun on an idle machine")
     return "\n".join(lines)
 
 

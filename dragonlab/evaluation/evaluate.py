@@ -10,7 +10,9 @@ Stages, in order (an Evaluation's `stage` is the one that stopped it, or "ok"):
     build     tvm.compile for the target, exported as a shared library
     run       the library runs on fresh random inputs                         (kernel worker)
     check     every buffer matches the unscheduled kernel on `checks` input sets
-    time      the same library's latency with TVM's time_evaluator, in one timing process
+    time      the same library's latency with TVM's time_evaluator, in one timing process;
+              `contention`: how many cores other processes kept busy meanwhile (a shared
+              machine slows a timed kernel, up to 1000x for microsecond kernels on two threads)
 
 Everything after decode runs in worker processes with hard time and memory limits
 (`dragonlab.evaluation.workers`), in the functions of `dragonlab.evaluation.replay`: a SIGFPE
@@ -46,6 +48,7 @@ import shutil
 import statistics
 import tempfile
 import threading
+import time
 import uuid
 import weakref
 from collections import Counter, OrderedDict
@@ -67,6 +70,7 @@ from dragonlab.search.records import trace_text
 
 STAGES = ("decode", "apply", "validate", "build", "run", "check", "time")
 OK = "ok"
+CONTENDED = 0.25  # cores busy with other processes during a timing: a quarter of one slows a 2-thread kernel
 
 @dataclass(frozen=True)
 class Evaluation:
@@ -79,6 +83,13 @@ class Evaluation:
     reference_latency: float | None = None  # seconds: the reference it is compared with
     max_error: float | None = None  # worst |out - ref| / tolerance over all checks (<= 1 passes)
     suspicious: bool = False  # speedup over the reference above the audit threshold
+    # cores other processes kept busy while it (or the unscheduled kernel it is compared with) was
+    # timed, the larger; at or above CONTENDED its latency is not to be trusted. None: not timed here
+    contention: float | None = None
+
+    @property
+    def contended(self) -> bool:
+        return self.contention is not None and self.contention >= CONTENDED
 
     @property
     def correct(self) -> bool:
@@ -116,6 +127,55 @@ class Evaluation:
         return d
 
 
+class BusyCores:
+    """Cores that processes other than `worker` (the timing process) kept busy during a block:
+    the machine's busy CPU time (/proc/stat: all but idle and iowait, steal included: a host
+    lending this VM's cores to others slows it too) less the worker's, over the block's wall
+    time. Resolution is the kernel's tick (10 ms), so blocks of a few hundred ms read to about
+    0.05 of a core. `others` is None where the counters cannot be read."""
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self.others: float | None = None
+
+    def __enter__(self) -> "BusyCores":
+        self._pid = self.worker.pid
+        self._start = (time.perf_counter(), _busy_seconds(), _cpu_seconds(self._pid))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall0, busy0, own0 = self._start
+        wall, busy, pid = time.perf_counter() - wall0, _busy_seconds(), self.worker.pid
+        own = _cpu_seconds(pid)
+        if busy is None or busy0 is None or own is None or wall <= 0:
+            return
+        # a worker started (or restarted) inside the block: all of its CPU time was spent in it
+        own -= own0 if pid == self._pid and own0 is not None else 0.0
+        self.others = round(max(0.0, (busy - busy0 - own) / wall), 3)
+
+
+def _busy_seconds() -> float | None:
+    import psutil
+
+    try:
+        t = psutil.cpu_times()
+    except OSError:
+        return None
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    import psutil
+
+    if pid is None:
+        return 0.0
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except (psutil.Error, OSError):
+        return None
+    return t.user + t.system + t.children_user + t.children_system
+
+
 class Evaluator:
     """Evaluates scripts on one target; reuse it: workers, references and results are cached.
 
@@ -144,6 +204,7 @@ class Evaluator:
         self._remove_dir = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         self._cache: OrderedDict[tuple, tuple[Evaluation, Evaluation | None]] = OrderedDict()  # (as measured, against the unscheduled kernel)
         self._references: dict[str, float | None] = {}
+        self._reference_contention: dict[str, float | None] = {}
         self.timing_lock = threading.Lock()
 
     def evaluate(self, workload: Workload, script, *, reference_latency: float | None = None) -> Evaluation:
@@ -266,20 +327,21 @@ class Evaluator:
             artifact = str(self._dir / f"ref-{uuid.uuid4().hex}.so")
             outcome = self.pool.map(build_reference, [(workload.key, module_json(workload.mod), self.target.config,
                                                        artifact)])[0]
-            latency = None
+            latency = contention = None
             if not isinstance(outcome, Exception):
-                timed = self._time_artifact(artifact, arg_specs_of(workload.mod))
+                timed, contention = self._time_artifact(artifact, arg_specs_of(workload.mod))
                 latency = statistics.median(timed) if isinstance(timed, list) else None
             Path(artifact).unlink(missing_ok=True)
             self._references[workload.key] = latency
+            self._reference_contention[workload.key] = contention
         return self._references[workload.key]
 
     def _time(self, evaluation: Evaluation, artifact: str, arg_specs: list) -> Evaluation:
         """Time the library that was checked: the same file, not a rebuild."""
-        timed = self._time_artifact(artifact, arg_specs)
+        timed, contention = self._time_artifact(artifact, arg_specs)
         if not isinstance(timed, list):
             return replace(evaluation, stage="time", reason=timed)
-        return replace(evaluation, stage=OK, latencies=tuple(timed))
+        return replace(evaluation, stage=OK, latencies=tuple(timed), contention=contention)
 
     def _against(self, w: Workload, key: tuple, reference: float | None) -> Evaluation:
         """The cached evaluation of `key` against `reference` (seconds), or against the
@@ -293,15 +355,23 @@ class Evaluator:
             return against_unscheduled
         result = replace(evaluation, reference_latency=reference if reference is not None
                          else self.reference_latency(w))
+        if reference is None and self._reference_contention.get(w.key) is not None:
+            result = replace(result, contention=max(result.contention or 0.0, self._reference_contention[w.key]))
         speedup = result.speedup
         result = replace(result, suspicious=bool(speedup and speedup > self.config.suspicious_speedup))
         if reference is None:
             self._cache[key] = (evaluation, result)
         return result
 
-    def _time_artifact(self, artifact: str, arg_specs: list) -> list[float] | str:
+    def _time_artifact(self, artifact: str, arg_specs: list) -> tuple[list[float] | str, float | None]:
+        """(seconds per repeat or why not, the cores other processes kept busy meanwhile: None
+        on a remote runner, whose machine this one cannot see)."""
         with self.timing_lock:
-            return self._measure(artifact, arg_specs)
+            if self.rpc is not None:
+                return self._measure(artifact, arg_specs), None
+            with BusyCores(self.timer) as busy:
+                timed = self._measure(artifact, arg_specs)
+            return timed, busy.others
 
     def _measure(self, artifact: str, arg_specs: list) -> list[float] | str:
         """Seconds per repeat, or why not; the caller holds `timing_lock`."""

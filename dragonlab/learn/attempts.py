@@ -300,7 +300,8 @@ def read_attempts(path: str | os.PathLike) -> list[Attempt]:
 
 
 def summary(attempts: list[Attempt]) -> list[dict]:
-    """One row per task (and 'all'): attempts, correct and exact rates, and where the rest stopped."""
+    """One row per task (and 'all'): attempts, correct and exact rates, where the rest stopped, and
+    how many were timed while other processes kept the cores busy."""
     rows = []
     for task in (*TASKS, "all"):
         group = [a for a in attempts if task in ("all", a.task)]
@@ -315,7 +316,8 @@ def summary(attempts: list[Attempt]) -> list[dict]:
                      "repaired": sum(a.evaluation.correct and a.evaluation.repaired for a in group),
                      "median_speedup": speedups[len(speedups) // 2] if speedups else None,
                      "dead_ends": ended["dead end"], "cut_at_length": ended["length"],
-                     "stopped_at": {s: stages[s] for s in STAGES if stages[s]}})
+                     "stopped_at": {s: stages[s] for s in STAGES if stages[s]},
+                     "contended": sum(a.evaluation.contended for a in group)})
     return rows
 
 
@@ -327,6 +329,8 @@ def format_summary(rows: list[dict]) -> str:
         stopped = ", ".join(f"{s}: {c}" for s, c in r["stopped_at"].items()) or "none"
         if r.get("dead_ends") or r.get("cut_at_length"):  # constrained: scripts ended before the model ended them
             stopped += f"; cut short: {r['dead_ends']} dead ends, {r['cut_at_length']} at the token limit"
+        if r.get("contended"):  # the evaluator saw other processes on the cores while it timed them
+            stopped += f"; timed beside other work: {r['contended']} (their speedups are not to be trusted)"
         lines.append(f"{r['task']:<13}{r['attempts']:>9}{r['correct']:>9.1%}{r['exact']:>8.1%}{speedup:>9}  {stopped}")
     return "\n".join(lines)
 

@@ -300,8 +300,8 @@ def _turn_curve(rows: list[dict], unscheduled: dict, turns: int) -> TurnCurve:
 
 
 def _audit(attempts: dict[str, list[Attempt]], base: dict) -> Audit:
-    """Speedups above the evaluator's threshold, and scripts that decode but do not re-encode to
-    the same trace (there must be none)."""
+    """Speedups above the evaluator's threshold, scripts that decode but do not re-encode to the
+    same trace (there must be none), and attempts timed beside other work."""
     from dragonlab.core import codec
 
     suspicious, not_exact, decoded = [], [], 0
@@ -321,4 +321,6 @@ def _audit(attempts: dict[str, list[Attempt]], base: dict) -> Audit:
         for key, d in by_key.items():
             if isinstance(d, dict) and (d.get("evaluation") or {}).get("suspicious"):
                 suspicious.append({"system": system, "workload": key})
-    return Audit(suspicious=tuple(suspicious), decoded=decoded, round_trip_failures=tuple(not_exact))
+    contended = {name: sum(a.evaluation.contended for a in group) for name, group in attempts.items()}
+    return Audit(suspicious=tuple(suspicious), decoded=decoded, round_trip_failures=tuple(not_exact),
+                 contended=contended)

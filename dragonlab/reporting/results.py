@@ -97,6 +97,7 @@ class SummaryRow:
     dead_ends: int = 0
     cut_at_length: int = 0
     stopped_at: dict[str, int] = field(default_factory=dict)
+    contended: int = 0  # timed while other processes kept the cores busy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +215,9 @@ class Audit:
     suspicious: tuple[dict[str, Any], ...]  # {"system", "split", "index", "sample", "speedup"} or {"system", "workload"}
     decoded: int
     round_trip_failures: tuple[dict[str, Any], ...]  # {"system", "split", "index", "sample"}
+    # per system: attempts timed while other processes kept at least `evaluate.CONTENDED` of a core
+    # busy (their latencies, and speedups, are not to be trusted); reports before it: none recorded
+    contended: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,27 @@ def test_kernels_to_compare_are_timed_side_by_side_round_by_round(evaluator, rec
         evaluator.time_together([(w, [r.trace])], rounds=0)
 
 
+def test_a_kernel_timed_beside_other_work_says_so(evaluator, records):
+    """Two processes spinning on the cores while a kernel is timed: its Evaluation says how many
+    cores other processes kept busy (the report counts such kernels: their latencies can be
+    1000x off), and a kernel compared with the unscheduled one carries the larger of the two."""
+    import subprocess
+    import sys
+
+    w, r = _matmul_record(records)
+    evaluator.clear_cache()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        shared = evaluator.evaluate(w, r.trace)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    assert shared.stage == OK and shared.contended and shared.contention >= 1.0, shared.contention
+    assert Evaluation.from_json(shared.to_json()) == shared
+    assert Evaluation.from_json({k: v for k, v in shared.to_json().items() if k != "contention"}).contention is None
+
+
 def test_reward_ladder_and_bonus_are_bounded():
     config = RewardConfig()
     ladder = [config.decode, config.apply, config.validate, config.build, config.check]

@@ -4,6 +4,7 @@ the whole report (notebook 06 under papermill) on the tiny fixtures with an LLM 
 chat server."""
 
 import ast
+import itertools
 import json
 import math
 import os
@@ -84,12 +85,14 @@ def _baseline(system, latencies):
 
 
 def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0, together: dict | None = None,
-                      seeded: dict | None = None) -> Report:
+                      seeded: dict | None = None, contention: tuple[float | None, ...] = ()) -> Report:
     attempts = {"m": [replace(a, seconds=seconds) for a in (
         _attempt("test", 0, 0, "construction", "a", 4.0), _attempt("test", 0, 1, "construction", "a", 2.0),
         _attempt("test", 1, 0, "construction", "b", None), _attempt("test", 1, 1, "construction", "b", 1.0),
         _attempt("test", 2, 0, "refinement", "a", 5.0, reference=10.0),
         _attempt("test", 2, 1, "refinement", "a", None))]}
+    attempts["m"] = [replace(a, evaluation=replace(a.evaluation, contention=c))
+                     for a, c in itertools.zip_longest(attempts["m"], contention)]
     base = {"unscheduled": _baseline("unscheduled", {"a": 8.0, "b": 8.0}),
             "metaschedule@2": _baseline("metaschedule@2", {"a": 2.0, "b": None}),
             "metaschedule@4": _baseline("metaschedule@4", {"a": 1.0, "b": 2.0}),
@@ -263,6 +266,17 @@ def test_the_report_round_trips_through_json_in_report_json_s_shape(tmp_path):
     assert Report.from_json({k: v for k, v in d.items() if k != "llm"}) == replace(r, llm=None)
     (tmp_path / "report.json").write_text(text)
     assert read_report(tmp_path) == read_report(tmp_path / "report.json") == r
+
+
+def test_the_report_counts_attempts_timed_beside_other_work():
+    from dragonlab.cli.reporting import summary_text
+
+    r = _hand_made_report(contention=(0.9, 0.1, None, 0.3))  # at or above a quarter of a core: contended
+    assert r.audit.contended == {"m": 2}
+    assert [row.contended for row in r.systems["m"].summary] == [2, 0, 2]  # construction, refinement, all
+    assert "warning: attempts timed while other processes kept the cores busy (m 2)" in summary_text(r)
+    assert "warning" not in summary_text(_hand_made_report())
+    assert Report.from_json(r.to_json()).audit.contended == {"m": 2}
 
 
 def test_the_page_and_figures_read_a_report():
