@@ -163,11 +163,7 @@ def time_pairs(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *
     pairs it lacks (a line counts for its pair only while both scripts are the ones it timed), so
     a killed comparison loses at most one chunk."""
     pairs = [(x, y) for x, y in _pairs(a, b) if x.evaluation.latency and y.evaluation.latency]
-    done: dict[tuple, PairTiming] = {}
-    if record is not None and Path(record).exists():
-        for line in read_lines(record):
-            done[(line["split"], line["index"], line["sample"], line["pair"])] = PairTiming(
-                **{k: v for k, v in line.items() if k != "pair"})
+    done: dict[tuple, PairTiming] = dict(read_lines(record, _recorded)) if record and Path(record).exists() else {}
     todo = [(x, y) for x, y in pairs if (*_key(x), _pair_digest(x, y)) not in done]
     with progress_bar(total=len(pairs), initial=len(pairs) - len(todo), desc="timed side by side", unit="pair",
                       progress=progress) as bar:
@@ -182,6 +178,12 @@ def time_pairs(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *
             done.update(new)
             bar.update(len(part))
     return [done[(*_key(x), _pair_digest(x, y))] for x, y in pairs]
+
+
+def _recorded(line: dict) -> tuple[tuple, PairTiming]:
+    """A line of a timings record: (its pair's key and digest, the timing)."""
+    return (line["split"], line["index"], line["sample"], line["pair"]), PairTiming(
+        **{k: v for k, v in line.items() if k != "pair"})
 
 
 def _pair_timing(x: Attempt, latencies: list) -> PairTiming:

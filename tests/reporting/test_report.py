@@ -369,6 +369,10 @@ def test_a_killed_comparison_keeps_the_pairs_it_timed_and_a_rerun_times_only_the
     # compare_models with the record reads it all back: nothing is timed
     again.groups.clear()
     assert compare_models(again, keys, sft, rl, record=record).rows[-1].losses == 1 and again.groups == []
+    # a record that is not one names itself and its line
+    record.write_text(record.read_text() + '{"split": "test"}\n')
+    with pytest.raises(ValueError, match=r"rl-vs-sft.jsonl:7: KeyError"):
+        time_pairs(again, keys, sft, rl, record=record)
 
 
 def test_a_clustered_bootstrap_resamples_a_prompt_s_attempts_together():
