@@ -217,6 +217,7 @@ class Evaluator:
         what item i's speedup is measured against; otherwise the unscheduled kernel's latency."""
         refs = reference_latencies or [None] * len(items)
         self._references.clear()  # unscheduled references are timed in the same batch as the candidates
+        self._reference_contention.clear()
         results, pending, plains = self._admit(items)
         for key in list(pending):
             if key in self._cache:
