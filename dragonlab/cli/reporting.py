@@ -36,8 +36,9 @@ def add_compare(sub, name: str, help: str):
                    help="attempts per prompt and model, sample i of A paired with sample i of B: power where "
                         "prompts are few")
     c.add_argument("--constrained", action="store_true", help="constrained decoding for both models")
-    c.add_argument("--out", type=Path, required=True, help="directory for both models' attempts and the side by side timings (appended; "
-                        "a rerun resumes) and comparison.json")
+    c.add_argument("--out", type=Path, required=True,
+                   help="directory for both models' attempts and the side by side timings (appended; a rerun "
+                        "resumes) and comparison.json")
     c.set_defaults(run=compare)
 
 
@@ -168,10 +169,8 @@ def summary_text(report) -> str:
                  else f"N={n}: -" for n, r in by_budget.items()]
         label = name if "best-of" in name else f"{name} best-of-{report.config.k}"
         lines.append(f"{label} latency / MetaSchedule at N: {', '.join(cells)}")
-    if any(report.audit.contended.values()):
-        counts = ", ".join(f"{n} {c}" for n, c in report.audit.contended.items())
-        lines.append(f"warning: attempts timed while other processes kept the cores busy ({counts}): their "
-                     "latencies are not to be trusted; rerun on an idle machine")
+    if report.audit.contended_warning():
+        lines.append(f"warning: {report.audit.contended_warning()}")
     return "\n".join(lines)
 
 

@@ -34,13 +34,6 @@ def with_interval(x, interval: tuple[float, float] | None, kind: str = "") -> st
     return fmt(x, kind) + (f" ({fmt(interval[0], kind)} to {fmt(interval[1], kind)})" if interval else "")
 
 
-def _contended_text(contended: dict[str, int]) -> str:
-    if not any(contended.values()):
-        return ""
-    return (" Attempts timed while other processes kept the cores busy (their latencies are not to be trusted: "
-            "rerun on an idle machine): " + ", ".join(f"{n} {c}" for n, c in contended.items()) + ".")
-
-
 def table(headers: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
@@ -181,7 +174,7 @@ def sections(report: Report) -> list[tuple[str, str]]:
     audit = report.audit
     out.append(("Audit", f"<p>{audit.decoded} decoded scripts re-encoded; round-trip failures: "
                 f"{len(audit.round_trip_failures)}. Speedups above the evaluator's threshold (flagged, "
-                f"kept): {len(audit.suspicious)}.{_contended_text(audit.contended)}</p>" + (table(
+                f"kept): {len(audit.suspicious)}. {html.escape(audit.contended_warning())}</p>" + (table(
                     ["entry"], [[html.escape(str(s))] for s in audit.suspicious]) if audit.suspicious else "")))
     out.append(("Sources", "<p>Every number above is computed from these files of "
                 f"<code>{html.escape(report.run)}/report/</code>: " +

@@ -219,6 +219,14 @@ class Audit:
     # busy (their latencies, and speedups, are not to be trusted); reports before it: none recorded
     contended: dict[str, int] = field(default_factory=dict)
 
+    def contended_warning(self) -> str:
+        """One sentence when attempts were timed beside other work, else ""."""
+        if not any(self.contended.values()):
+            return ""
+        counts = ", ".join(f"{n} {c}" for n, c in self.contended.items())
+        return (f"Attempts timed while other processes kept the cores busy ({counts}): their latencies are not "
+                "to be trusted; rerun on an idle machine.")
+
 
 @dataclass(frozen=True)
 class SeededSearch:

@@ -270,11 +270,13 @@ def test_the_report_round_trips_through_json_in_report_json_s_shape(tmp_path):
 
 def test_the_report_counts_attempts_timed_beside_other_work():
     from dragonlab.cli.reporting import summary_text
+    from dragonlab.reporting.report_html import sections
 
     r = _hand_made_report(contention=(0.9, 0.1, None, 0.3))  # at or above a quarter of a core: contended
     assert r.audit.contended == {"m": 2}
     assert [row.contended for row in r.systems["m"].summary] == [2, 0, 2]  # construction, refinement, all
-    assert "warning: attempts timed while other processes kept the cores busy (m 2)" in summary_text(r)
+    assert "warning: Attempts timed while other processes kept the cores busy (m 2)" in summary_text(r)
+    assert "busy (m 2)" in dict(sections(r))["Audit"]
     assert "warning" not in summary_text(_hand_made_report())
     assert Report.from_json(r.to_json()).audit.contended == {"m": 2}
 
