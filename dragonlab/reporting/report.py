@@ -49,6 +49,7 @@ The numbers are computed by `dragonlab.reporting.metrics` from what was judged; 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -289,9 +290,13 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
     rounds). Their ratios are the report's "best-of-k vs MetaSchedule" and each baseline's
     against search: latencies judged minutes apart differed up to 5x on a 2-core VM, a slow state
     of the machine that timing in turn cancels. Appended to `path` a few workloads at a time; a
-    rerun times only the workloads missing, or missing a system (an LLM that joined the report,
-    a baseline timed apart by an older version): the last line of a workload is its timing."""
-    done = dict(read_lines(path, lambda d: (d["workload"], d["latencies"]))) if path.exists() else {}
+    rerun times only the workloads missing, missing a system (an LLM that joined the report, a
+    baseline timed apart by an older version) or whose kernel of a system changed (its attempts
+    judged again chose another best): the last line of a workload is its timing."""
+    done, timed_scripts = {}, {}  # the latter: the digests of the scripts timed (lines before them: none)
+    for key, latencies, digests_timed in (read_lines(path, lambda d: (d["workload"], d["latencies"], d.get("scripts")))
+                                          if path.exists() else ()):
+        done[key], timed_scripts[key] = latencies, digests_timed
     scripts: dict[str, dict[str, str]] = defaultdict(dict)  # workload -> system -> script
     for name, group in attempts.items():
         for key, a in best_attempts(group, CONSTRUCTION, config.k).items():
@@ -301,20 +306,34 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
         for key, d in base[system].items():
             if (d.get("evaluation") or {}).get("latencies"):
                 scripts[key][system] = d["script"]
-    todo = [w for w in held if scripts.get(w.key) and not scripts[w.key].keys() <= done.get(w.key, {}).keys()]
+    digests = {key: {system: _digest(script) for system, script in by.items()} for key, by in scripts.items()}
+
+    def stale(key: str) -> bool:
+        if not digests[key].keys() <= done.get(key, {}).keys():
+            return True
+        timed = timed_scripts.get(key)
+        return timed is not None and any(timed.get(system) != d for system, d in digests[key].items())
+
+    todo = [w for w in held if scripts.get(w.key) and stale(w.key)]
     with progress_bar(total=len(todo), desc="side by side", unit="workload", progress=progress) as bar:
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
             unique = [list(dict.fromkeys(scripts[w.key].values())) for w in part]
             timed = evaluator.time_together([(w, u) for w, u in zip(part, unique)], progress=False)
             lines = [{"workload": w.key, "latencies": {system: lat[u.index(script)]
-                                                       for system, script in scripts[w.key].items()}}
+                                                       for system, script in scripts[w.key].items()},
+                      "scripts": digests[w.key]}
                      for w, u, lat in zip(part, unique, timed)]
             append_lines(path, lines)
             done.update((d["workload"], d["latencies"]) for d in lines)
+            timed_scripts.update((d["workload"], d["scripts"]) for d in lines)
             bar.update(len(part))
     return {key: {system: statistics.median(t) if t else None for system, t in by_system.items()}
             for key, by_system in done.items()}
+
+
+def _digest(script: str) -> str:
+    return hashlib.sha256(script.encode()).hexdigest()[:16]
 
 
 def _rl_vs_sft(evaluator, workloads, attempts, draws: int, record: Path, progress: bool) -> ModelComparison:

@@ -188,7 +188,8 @@ def test_best_of_k_against_search_takes_the_kernels_timed_side_by_side():
 
 def test_side_by_side_timing_resumes_and_times_a_workload_again_for_a_system_that_joined(tmp_path):
     """The report's side-by-side timing: one group per workload (each script once), a line per
-    workload in together.jsonl; a rerun times nothing again, unless a system (an LLM) joined."""
+    workload in together.jsonl; a rerun times nothing again, unless a system (an LLM) joined or a
+    system's kernel changed."""
     from dragonlab.reporting.report import _side_by_side
 
     class Timer:
@@ -226,6 +227,11 @@ def test_side_by_side_timing_resumes_and_times_a_workload_again_for_a_system_tha
     base["m-seeded metaschedule@8"] = {"a": {"script": "seeded", "evaluation": {"latencies": [0.5]}}}
     got = _side_by_side(timer, held, attempts, base, config, path, progress=False)
     assert timer.groups[2] == [("a", ["ms a", "seeded"])] and got["a"]["m-seeded metaschedule@8"] == 6.0
+    # m's attempts judged again choose another best on a: a is timed again, b is not
+    attempts["m"][0] = attempt("a", "slow", 1.0)
+    got = _side_by_side(timer, held, attempts, base, config, path, progress=False)
+    assert timer.groups[3] == [("a", ["slow", "ms a", "seeded"])] and got["a"]["m"] == 4.0
+    assert _side_by_side(timer, held, attempts, base, config, path, progress=False) == got and len(timer.groups) == 4
 
 
 def test_the_bootstrap_interval_of_a_geomean_is_seeded_and_narrows_with_workloads():
