@@ -194,7 +194,9 @@ class Evaluator:
         # Inherited, OMP_NUM_THREADS would decide the threads a kernel runs (and is timed) on: up
         # to 29x apart for microsecond kernels. Kernels run on the cores the target declares.
         env = self.target.kernel_env
-        self.kernels = WorkerPool(n, limits, sandbox=True, env=env)
+        # TVM's thread pool spins after each parallel job before it sleeps: the workers that check
+        # kernels must not spin on the cores the next timing needs (they need no speed)
+        self.kernels = WorkerPool(n, limits, sandbox=True, env={**env, "TVM_THREAD_POOL_SPIN_COUNT": "0"})
         self.timer = Worker(Limits(timeout_sec=config.measure.run_timeout_sec, memory_bytes=limits.memory_bytes),
                             sandbox=True, env=env)
         self.rpc = (make_runner("rpc", config.measure, tracker=config.tracker, key=config.key)
