@@ -167,9 +167,8 @@ def time_pairs(evaluator, workloads: dict, a: list[Attempt], b: list[Attempt], *
     todo = [(x, y) for x, y in pairs if (*_key(x), _pair_digest(x, y)) not in done]
     with progress_bar(total=len(pairs), initial=len(pairs) - len(todo), desc="timed side by side", unit="pair",
                       progress=progress) as bar:
-        step = chunk if record is not None else max(len(todo), 1)  # nowhere to keep a part: all at once
-        for start in range(0, len(todo), step):
-            part = todo[start:start + step]
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
             timed = evaluator.time_together([(workloads[x.workload], [x.script, y.script, x.script]) for x, y in part],
                                             rounds=rounds, progress=False)
             new = {(*_key(x), _pair_digest(x, y)): _pair_timing(x, lat) for (x, y), lat in zip(part, timed)}
@@ -198,7 +197,12 @@ def _pair_timing(x: Attempt, latencies: list) -> PairTiming:
 
 def _pair_digest(x: Attempt, y: Attempt) -> str:
     """What a recorded timing was of: both scripts."""
-    return hashlib.sha256(json.dumps([x.script, y.script]).encode()).hexdigest()[:16]
+    return script_digest(x.script, y.script)
+
+
+def script_digest(*scripts: str) -> str:
+    """A short digest of scripts, kept beside a timing so that a rerun knows what was timed."""
+    return hashlib.sha256(json.dumps(list(scripts)).encode()).hexdigest()[:16]
 
 
 def _pairs(a: list[Attempt], b: list[Attempt]) -> list[tuple[Attempt, Attempt]]:

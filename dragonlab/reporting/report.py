@@ -49,7 +49,6 @@ The numbers are computed by `dragonlab.reporting.metrics` from what was judged; 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -66,7 +65,7 @@ from dragonlab.evaluation.evaluate import Evaluation
 from dragonlab.learn.attempts import (Attempt, ModelWriter, best_attempts, per_workload, refine_in_turns,
                                       write_and_evaluate)
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
-from dragonlab.reporting.compare import ModelComparison, compare_models
+from dragonlab.reporting.compare import ModelComparison, compare_models, script_digest
 from dragonlab.reporting.config import ReportConfig
 from dragonlab.reporting.metrics import metrics
 from dragonlab.reporting.results import LLMSystem, Report
@@ -293,10 +292,8 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
     rerun times only the workloads missing, missing a system (an LLM that joined the report, a
     baseline timed apart by an older version) or whose kernel of a system changed (its attempts
     judged again chose another best): the last line of a workload is its timing."""
-    done, timed_scripts = {}, {}  # the latter: the digests of the scripts timed (lines before them: none)
-    for key, latencies, digests_timed in (read_lines(path, lambda d: (d["workload"], d["latencies"], d.get("scripts")))
-                                          if path.exists() else ()):
-        done[key], timed_scripts[key] = latencies, digests_timed
+    # workload -> its last line: {"latencies": {system: ...}, "scripts": {system: digest}} (older lines: no digests)
+    done = dict(read_lines(path, lambda d: (d["workload"], d))) if path.exists() else {}
     scripts: dict[str, dict[str, str]] = defaultdict(dict)  # workload -> system -> script
     for name, group in attempts.items():
         for key, a in best_attempts(group, CONSTRUCTION, config.k).items():
@@ -306,12 +303,13 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
         for key, d in base[system].items():
             if (d.get("evaluation") or {}).get("latencies"):
                 scripts[key][system] = d["script"]
-    digests = {key: {system: _digest(script) for system, script in by.items()} for key, by in scripts.items()}
+    digests = {key: {system: script_digest(script) for system, script in by.items()} for key, by in scripts.items()}
 
     def stale(key: str) -> bool:
-        if not digests[key].keys() <= done.get(key, {}).keys():
+        line = done.get(key, {"latencies": {}})
+        if not digests[key].keys() <= line["latencies"].keys():
             return True
-        timed = timed_scripts.get(key)
+        timed = line.get("scripts")
         return timed is not None and any(timed.get(system) != d for system, d in digests[key].items())
 
     todo = [w for w in held if scripts.get(w.key) and stale(w.key)]
@@ -325,15 +323,10 @@ def _side_by_side(evaluator, held: list, attempts: dict[str, list[Attempt]], bas
                       "scripts": digests[w.key]}
                      for w, u, lat in zip(part, unique, timed)]
             append_lines(path, lines)
-            done.update((d["workload"], d["latencies"]) for d in lines)
-            timed_scripts.update((d["workload"], d["scripts"]) for d in lines)
+            done.update((d["workload"], d) for d in lines)
             bar.update(len(part))
-    return {key: {system: statistics.median(t) if t else None for system, t in by_system.items()}
-            for key, by_system in done.items()}
-
-
-def _digest(script: str) -> str:
-    return hashlib.sha256(script.encode()).hexdigest()[:16]
+    return {key: {system: statistics.median(t) if t else None for system, t in line["latencies"].items()}
+            for key, line in done.items()}
 
 
 def _rl_vs_sft(evaluator, workloads, attempts, draws: int, record: Path, progress: bool) -> ModelComparison:

@@ -29,9 +29,14 @@ def fmt(x, kind: str = "") -> str:
     return html.escape(str(x))
 
 
+def interval_text(interval: tuple[float, float] | None, kind: str = "") -> str:
+    """A bootstrap 95% interval: "1.90x to 2.80x"; "-" without one."""
+    return f"{fmt(interval[0], kind)} to {fmt(interval[1], kind)}" if interval else "-"
+
+
 def with_interval(x, interval: tuple[float, float] | None, kind: str = "") -> str:
     """A figure and its bootstrap 95% interval: "2.31x (1.90x to 2.80x)"."""
-    return fmt(x, kind) + (f" ({fmt(interval[0], kind)} to {fmt(interval[1], kind)})" if interval else "")
+    return fmt(x, kind) + (f" ({interval_text(interval, kind)})" if interval else "")
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -117,7 +122,7 @@ def sections(report: Report) -> list[tuple[str, str]]:
                     table(["system", "j"] + [f"N = {b}" for b in budgets], rows)))
 
     rows = [[html.escape(n), fmt(r.geomean_latency_ratio, "x"),
-             f"{fmt(r.interval[0], 'x')} to {fmt(r.interval[1], 'x')}" if r.interval else "-",
+             interval_text(r.interval, "x"),
              str(r.workloads), str(r.no_correct_kernel), str(r.no_search_kernel)]
             for n, r in report.best_of_k_vs_random.items()]
     if rows:
@@ -150,7 +155,7 @@ def sections(report: Report) -> list[tuple[str, str]]:
     seeded = report.seeded_search
     if seeded:
         rows = [[f"N = {n}", fmt(r.geomean_latency_ratio, "x"),
-                 f"{fmt(r.interval[0], 'x')} to {fmt(r.interval[1], 'x')}" if r.interval else "-", str(r.workloads)]
+                 interval_text(r.interval, "x"), str(r.workloads)]
                 for n, r in report.baselines[seeded.system].vs_metaschedule.items()]
         out.append((f"Model-seeded search: {html.escape(seeded.system)} ({seeded.trials} trials, the model's "
                     "kernels among them) against plain MetaSchedule at N trials (geomean latency ratio; "
@@ -161,7 +166,7 @@ def sections(report: Report) -> list[tuple[str, str]]:
         rows = [[r.task, str(r.prompts), fmt(r.correct_a, "%"), fmt(r.correct_b, "%"), fmt(r.mean_reward_a),
                  fmt(r.mean_reward_b), f"{r.wins}/{r.both_correct}", str(r.losses), str(r.ties), fmt(r.p_value),
                  "-" if r.workload_p is None else f"{r.workloads_won} / {r.workloads_lost}, p {fmt(r.workload_p)}",
-                 fmt(r.ratio, "x"), f"{fmt(r.interval[0], 'x')} to {fmt(r.interval[1], 'x')}" if r.interval else "-"]
+                 fmt(r.ratio, "x"), interval_text(r.interval, "x")]
                 for r in cmp.rows]
         draws = 1 + max((t.sample for t in cmp.timings), default=0)  # reports before compared_draws paired one
         out.append((f"RL vs SFT (the first {draws} attempt{'s' * (draws > 1)} per prompt, paired; "
