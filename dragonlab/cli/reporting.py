@@ -100,6 +100,12 @@ def add_report(sub, name: str, help: str):
     c.add_argument("--llm-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     c.add_argument("--llm-endpoint", choices=("chat", "completions"), default="chat",
                    help="completions: the dataset prompt alone, for a served dragonlab model")
+    c.add_argument("--replay", type=Path, metavar="REPORT_DIR",
+                   help="judge again the models' attempts and turns that this report directory holds (made with "
+                        "the same settings), the same scripts in the same batches, instead of the models writing "
+                        "new ones, and its searches' kernels, without searching again; everything is timed again here: "
+                        "a report judged on a busy machine, or over sessions on machines of different speed, "
+                        "judged again on one idle machine")
     c.set_defaults(run=report)
 
 
@@ -119,7 +125,9 @@ def report(args) -> int:
         llm = ChatModel(args.llm_base_url, args.llm_model, api_key_env=args.llm_key_env, endpoint=args.llm_endpoint,
                         temperature=config.temperature)
     start = time.monotonic()
-    result = run_report(args.run_dir, config, llm=llm)
+    if args.replay is not None and not (args.replay / "run.json").is_file():
+        raise UsageError(f"--replay {args.replay}: not a report directory (no run.json)")
+    result = run_report(args.run_dir, config, llm=llm, replay=args.replay)
     print(summary_text(result))
     print(f"report in {time.monotonic() - start:.0f} s -> {args.run_dir / 'report' / 'report.html'}")
     return 0
@@ -169,8 +177,7 @@ def summary_text(report) -> str:
                  else f"N={n}: -" for n, r in by_budget.items()]
         label = name if "best-of" in name else f"{name} best-of-{report.config.k}"
         lines.append(f"{label} latency / MetaSchedule at N: {', '.join(cells)}")
-    if report.audit.contended_warning():
-        lines.append(f"warning: {report.audit.contended_warning()}")
+    lines += [f"warning: {w}" for w in report.audit.warnings()]
     return "\n".join(lines)
 
 

@@ -199,6 +199,8 @@ def write_and_evaluate(writer, evaluator: Evaluator, rows: list[dict], workloads
 
         def record(chunk: list[dict], judging) -> None:
             judged = judging.result()
+            if isinstance(writer, Replay):  # its writing time is the recorded one
+                judged = [replace(a, seconds=writer.seconds(a)) for a in judged]
             if out:  # append-only: an interrupted run keeps every judged attempt
                 append_lines(out, (a.to_json() for a in judged))
             attempts.extend(judged)
@@ -286,6 +288,73 @@ def refine_in_turns(writer, evaluator: Evaluator, rows: dict[tuple[str, int], di
                     best[(split, index)] = Attempt(split, index, turn, REFINEMENT, row["workload"], row.get("name", ""),
                                                    d["script"], e)
     return done
+
+
+def judge_turns_again(evaluator: Evaluator, recorded: dict[tuple[str, int, int], dict],
+                      workloads: dict[str, Workload], *, path: str | os.PathLike,
+                      progress: bool = True) -> dict[tuple[str, int, int], dict]:
+    """The turns `refine_in_turns` recorded (`read_turns`), their scripts judged again, turn by
+    turn in one batch each as they were written, and appended to `path` in the same shape. Lines
+    `path` already holds are kept, so a killed run resumes; returns them all."""
+    done = read_turns(path)
+    with progress_bar(total=len(recorded), initial=sum(k in done for k in recorded), unit="script",
+                      desc="turns judged again", progress=progress) as bar:
+        for turn in sorted({k[2] for k in recorded}):
+            todo = [recorded[k] for k in sorted(recorded) if k[2] == turn and k not in done]
+            evaluations = evaluator.evaluate_many([(workloads[d["workload"]], d["script"]) for d in todo],
+                                                  progress=False) if todo else []
+            lines = [{k: d[k] for k in ("split", "index", "turn", "workload", "task", "script")}
+                     | {"evaluation": e.to_json()} for d, e in zip(todo, evaluations)]
+            append_lines(path, lines)
+            done.update(((d["split"], d["index"], d["turn"]), d) for d in lines)
+            bar.update(len(lines))
+    return done
+
+
+class Replay:
+    """A writer that writes what was recorded: at each prompt of `rows` (dataset rows with their
+    "index", per split), the scripts of `attempts` at that split and index, in sample order, and
+    how each ended, and (`seconds`) each one's recorded share of the time to write and judge it. A
+    report judges another report's scripts again with it (`dragonlab report --replay`); asked for a
+    prompt with fewer recorded attempts than wanted, it names `source`."""
+
+    def __init__(self, attempts: list[Attempt], rows: dict[str, list[dict]], source: str | os.PathLike):
+        self.source = source
+        by_prompt: dict[str, tuple[str, dict]] = {}
+        for split, split_rows in rows.items():
+            for row in split_rows:
+                by_prompt.setdefault(row["prompt"], (split, row))
+        self.by_prompt = by_prompt
+        self.recorded: dict[tuple[str, int], list[Attempt]] = {}
+        for a in sorted(attempts, key=lambda a: a.sample):
+            self.recorded.setdefault((a.split, a.index), []).append(a)
+        self.last: list[list[str | None]] = []
+
+    def write(self, prompts: list[str], *, n: int, seed: int) -> list[list[str]]:
+        out, self.last = [], []
+        for prompt in prompts:
+            split, row = self.by_prompt[prompt]
+            got = self.recorded.get((split, row["index"]), [])
+            if len(got) < n or any(a.workload != row["workload"] for a in got):
+                raise InputError(f"{self.source} holds {len(got)} of the {n} attempts to judge again at {split} "
+                                 f"prompt {row['index']} (workload {row['workload']})")
+            out.append([a.script for a in got[:n]])
+            self.last.append([a.ending for a in got[:n]])
+        return out
+
+    def endings(self, n: int) -> list[list[str | None]]:
+        return self.last
+
+    def seconds(self, attempt: Attempt) -> float | None:
+        """The attempt's share of the writing and judging time when it was recorded: a replay
+        judges again, it does not write, and the wall time a system took stays the one measured."""
+        return self.recorded[(attempt.split, attempt.index)][attempt.sample].seconds
+
+    def __enter__(self) -> "Replay":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
 
 
 def read_turns(path: str | os.PathLike) -> dict[tuple[str, int, int], dict]:

@@ -17,8 +17,8 @@ from dragonlab.learn.attempts import Attempt, best_attempts, summary
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
 from dragonlab.reporting.compare import ModelComparison, geomean, geomean_interval, mean_interval
 from dragonlab.reporting.config import ReportConfig
-from dragonlab.reporting.results import (PAPER, Audit, BaselineMetrics, BestOfKCurve, BestOfKPoint, Match,
-                                         MatchTime, Ratio, Report, SeededSearch, Stats, SummaryRow, SystemMetrics,
+from dragonlab.reporting.results import (DRIFT, PAPER, Audit, BaselineMetrics, BestOfKCurve, BestOfKPoint, Drift,
+                                         Match, MatchTime, Ratio, Report, SeededSearch, Stats, SummaryRow, SystemMetrics,
                                          TaskMetrics, TimeToMatch, TurnCurve, TurnPoint, WorkloadKernel, from_json)
 
 # --- the measures ---------------------------------------------------------------------------------
@@ -322,5 +322,19 @@ def _audit(attempts: dict[str, list[Attempt]], base: dict) -> Audit:
             if isinstance(d, dict) and (d.get("evaluation") or {}).get("suspicious"):
                 suspicious.append({"system": system, "workload": key})
     contended = {name: sum(a.evaluation.contended for a in group) for name, group in attempts.items()}
+    unscheduled = {k: _latency(d) for k, d in base.get("unscheduled", {}).items()}
     return Audit(suspicious=tuple(suspicious), decoded=decoded, round_trip_failures=tuple(not_exact),
-                 contended=contended)
+                 contended=contended,
+                 reference_drift={name: _drift(group, unscheduled) for name, group in attempts.items()})
+
+
+def _drift(group: list[Attempt], unscheduled: dict) -> Drift:
+    """Per construction prompt, the median of its attempts' in-batch unscheduled latency over the
+    baselines' latency of that kernel."""
+    per_prompt = defaultdict(list)
+    for a in group:
+        if a.task == CONSTRUCTION and a.evaluation.reference_latency and unscheduled.get(a.workload):
+            per_prompt[(a.split, a.index)].append(a.evaluation.reference_latency / unscheduled[a.workload])
+    ratios = [statistics.median(r) for r in per_prompt.values()]
+    return Drift(prompts=len(ratios), geomean=geomean(ratios) if ratios else None,
+                 off=sum(not 1 / DRIFT <= r <= DRIFT for r in ratios))

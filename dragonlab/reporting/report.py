@@ -12,6 +12,7 @@ and does RL beat SFT? Computed on held-out workloads, by the protocol in docs/re
     search/, seeded-<system>/ the searches' record stores (every measured candidate) and wall times
     report.json               every metric, with the files it was computed from
     report.html               one self-contained page: tables, plotly figures, the paper's numbers
+    figures/                  the page's figures as PNG files (when Chromium is there for kaleido)
 
 Every file is appended to as work is judged: a killed report resumes where it stopped.
 
@@ -53,17 +54,18 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
 from dragonlab.core.errors import InputError, one_line
-from dragonlab.core.jsonl import append_lines, read_lines, write_atomic
+from dragonlab.core.jsonl import append_lines, read_json, read_lines, write_atomic
 from dragonlab.core.progress import progress_bar
 from dragonlab.evaluation.evaluate import Evaluation
-from dragonlab.learn.attempts import (Attempt, ModelWriter, best_attempts, per_workload, refine_in_turns,
-                                      write_and_evaluate)
+from dragonlab.learn.attempts import (Attempt, ModelWriter, Replay, best_attempts, judge_turns_again, per_workload,
+                                      read_attempts, read_turns, refine_in_turns, write_and_evaluate)
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT
 from dragonlab.reporting.compare import ModelComparison, compare_models, script_digest
 from dragonlab.reporting.config import ReportConfig
@@ -74,6 +76,9 @@ __all__ = ["ReportConfig", "Report", "run_report", "read_report", "held_out_rows
 
 
 # --- the run -------------------------------------------------------------------------------------
+
+FIGURES = "figures"  # RUN/report/figures: the page's figures as PNG files, written from report.json
+
 
 def held_out_rows(dsd, config: ReportConfig) -> dict[str, list[dict]]:
     """Per split: one construction prompt per workload and its first `refinement_per_workload`
@@ -90,14 +95,72 @@ def model_systems(run: Path) -> dict[str, Path]:
     return {name: run / name / "model" for name in ("sft", "rl") if (run / name / "model").is_dir()}
 
 
+def gone_systems(out: Path, present: dict[str, Path]) -> dict[str, tuple[str, str]]:
+    """The models a report at `out` was started with whose directories are gone now, {name: (its
+    recorded path, digest)}: their attempts are read from the report's files (a report restored
+    from its parts, the RL weights not kept), and anything left for them to write is an error
+    (`_GoneModel`)."""
+    meta = out / "run.json"
+    if not meta.is_file():
+        return {}
+    run = read_json(meta)
+    models, digests = (run.get("models"), run.get("digests")) if isinstance(run, dict) else (None, None)
+    if not isinstance(models, dict) or not isinstance(digests, dict):
+        return {}
+    return {name: (path, digests.get(name)) for name, path in models.items()
+            if name not in present and isinstance(path, str) and not Path(path).is_dir()}
+
+
+def replayed_systems(replay: Path, config: ReportConfig) -> dict[str, tuple[str, str]]:
+    """The models whose attempts a report at `replay` holds, {name: (path, digest)} as its
+    run.json recorded them; it must have been made with `config`."""
+    from dragonlab.core.rundir import completed, recorded
+
+    meta = replay / "run.json"
+    run = read_json(meta) if meta.is_file() else None
+    if not (isinstance(run, dict) and isinstance(run.get("config"), dict) and isinstance(run.get("models"), dict)):
+        raise InputError(f"{meta}: not a report's run.json (no config and models); --replay takes a report directory")
+    if completed(ReportConfig, run["config"]) != recorded(config):
+        differ = sorted(k for k, v in recorded(config).items() if completed(ReportConfig, run["config"]).get(k) != v)
+        raise InputError(f"{meta} was made with other settings ({', '.join(differ)}); replay it with its own")
+    names = [n for n in ("sft", "rl") if n in run["models"] and (replay / f"attempts-{n}.jsonl").is_file()]
+    if not names:
+        raise InputError(f"{replay} holds no model's attempts (attempts-sft.jsonl, attempts-rl.jsonl) to judge again")
+    return {n: (run["models"][n], run.get("digests", {}).get(n)) for n in names}
+
+
+class _GoneModel:
+    """The writer of a model that is gone: asked to write, it says which model to put back."""
+
+    def __init__(self, name: str, path: str, digest: str | None, meta: Path):
+        self.name, self.path, self.digest, self.meta = name, path, digest, meta
+
+    def write(self, prompts, *, n: int, seed: int):
+        raise InputError(f"the report's {self.name} model is gone from {self.path} (recorded in {self.meta}, "
+                         f"digest {str(self.digest)[:12]}...) and it has attempts left to write: put that model "
+                         f"back at {self.path} to resume")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
 def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *, llm=None, evaluator=None,
-               progress: bool = True) -> Report:
+               replay: str | os.PathLike | None = None, progress: bool = True) -> Report:
     """Judge every system on the held-out prompts of `run/dataset`, write `run/report/` and return
     the report (report.json's content). `llm`: an `llm.ChatModel`; its attempts are the system
     `llm-<model>`, in their own file, so LLMs can join a report one at a time. `evaluator`: an
     open `Evaluator` on the dataset's target to judge with, left open (its workers are warm and
     its cache holds every kernel of the report, for what the caller judges next); by default
-    one is made and closed here."""
+    one is made and closed here. `replay`: another report's directory, made with the same
+    settings, whose models' attempts and turns are judged again here, the same scripts in the
+    same batches (`attempts.Replay`), instead of the models writing (a report judged on a busy
+    machine, or over sessions on machines of different speed, judged again on one idle machine);
+    its models need not be on this machine. Its searches (`search/`, `seeded-*/`) are carried
+    over as they ran; everything that is timed (attempts, turns, baselines, side by side) is
+    timed again here."""
     import torch
 
     from dragonlab.core.rundir import claim
@@ -112,10 +175,22 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
         raise InputError(f"{run / 'dataset'} has none of the held-out splits {list(config.splits)}")
     target = dataset.target_of(dsd, list(rows))
     held = list(dict.fromkeys(r["workload"] for split in rows.values() for r in split))
-    systems = model_systems(run)
+    if replay is not None:  # the replayed report's models, as it recorded them
+        replay = Path(replay).resolve()
+        systems, gone = {}, replayed_systems(replay, config)
+    else:
+        systems = model_systems(run)
+        gone = gone_systems(out, systems)
+    fresh = not (out / "run.json").exists()
     # A report resumes only with the settings it was started with (its files hold k attempts each, ...)
-    claim(out, config, run / "dataset", models={n: str(p.resolve()) for n, p in systems.items()},
-          digests={n: models.digest(p) for n, p in systems.items()})
+    claim(out, config, run / "dataset",
+          models={n: str(p.resolve()) for n, p in systems.items()} | {n: path for n, (path, _) in gone.items()},
+          digests={n: models.digest(p) for n, p in systems.items()} | {n: d for n, (_, d) in gone.items()},
+          **({"replay": str(replay)} if replay is not None else {}))
+    if replay is not None and fresh:  # its searches, as it ran them; their kernels are timed again
+        for d in (*replay.glob("seeded-*"), replay / "search"):
+            if d.is_dir():
+                shutil.copytree(d, out / d.name)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
     attempts: dict[str, list[Attempt]] = {}
@@ -124,14 +199,25 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
         raise InputError(f"the evaluator judges {evaluator.target.name}, the dataset's held-out splits {target}")
     with contextlib.nullcontext(evaluator) if evaluator is not None else Evaluator(target) as evaluator:
         every = [r for split in rows.values() for r in split]
-        for name, path in systems.items():
-            model, tokenizer = models.load(path)
-            with ModelWriter(model, tokenizer, temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                             rows=every, workloads=workloads, constrained=config.constrained) as writer:
+        for name in [n for n in ("sft", "rl") if n in systems or n in gone]:
+            if replay is not None:
+                writer = Replay(read_attempts(replay / f"attempts-{name}.jsonl"), rows,
+                                replay / f"attempts-{name}.jsonl")
+            elif name in gone:
+                if progress:
+                    print(f"{name}: its model is gone from {gone[name][0]}; its attempts are read from {out}")
+                writer = _GoneModel(name, *gone[name], out / "run.json")
+            else:
+                model, tokenizer = models.load(systems[name])
+                writer = ModelWriter(model, tokenizer, temperature=config.temperature,
+                                     max_new_tokens=config.max_new_tokens, rows=every, workloads=workloads,
+                                     constrained=config.constrained)
+            with writer:
                 attempts[name] = _attempts(writer, evaluator, rows, workloads, out / f"attempts-{name}.jsonl",
                                            config, progress)
                 turns[name] = _turns(writer, evaluator, rows, workloads, attempts[name],
-                                     out / f"turns-{name}.jsonl", config, progress)
+                                     out / f"turns-{name}.jsonl", config, progress,
+                                     replay=replay / f"turns-{name}.jsonl" if replay is not None else None)
         if llm is not None:
             name = llm_system(llm.model)
             attempts[name] = _attempts(llm, evaluator, rows, workloads, out / f"attempts-{name}.jsonl", config,
@@ -150,16 +236,18 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
 
     report = replace(
         metrics(attempts, turns, base, config, held, rl_vs_sft), workload_names={k: workloads[k].name for k in held},
-        run=str(run), target=target, models={name: str(path) for name, path in systems.items()},
+        run=str(run), target=target,
+        models={n: str(systems[n]) if n in systems else gone[n][0] for n in attempts if n in systems or n in gone},
         llm=LLMSystem(llm_system(llm.model), llm.base_url, llm.model) if llm else None,
         stored_search=str(stored) if stored is not None else None,
-        sources=tuple(sorted(p.name for p in out.iterdir() if p.suffix == ".jsonl" or p.is_dir())))
+        sources=tuple(sorted(p.name for p in out.iterdir()
+                             if p.suffix == ".jsonl" or (p.is_dir() and p.name != FIGURES))))
     write_atomic(out / "report.json", json.dumps(report.to_json(), indent=1) + "\n")
     from dragonlab.reporting.report_html import write_html, write_pngs
 
     write_html(report, out / "report.html")
     try:
-        write_pngs(report, out / "figures")
+        write_pngs(report, out / FIGURES)
     except Exception as e:  # no Chrome for kaleido: the HTML report has the same figures
         print(f"figures not exported as PNG ({one_line(e)})")
     return report
@@ -178,15 +266,22 @@ def _attempts(writer, evaluator, rows, workloads, path: Path, config: ReportConf
 
 
 def _turns(writer, evaluator, rows, workloads, attempts: list[Attempt], path: Path,
-           config: ReportConfig, progress: bool) -> list[dict]:
+           config: ReportConfig, progress: bool, replay: Path | None = None) -> list[dict]:
     """From each construction prompt's first attempt, `turns` rounds of refinement
-    (`refine_in_turns`; one line per (prompt, turn) in `path`): each turn's latency, turn 0 the
-    first attempt's."""
+    (`refine_in_turns`; one line per (prompt, turn) in `path`; `replay`: another report's turns
+    file, its scripts judged again): each turn's latency, turn 0 the first attempt's."""
     first = {(a.split, a.index): a for a in attempts if a.sample == 0 and a.task == CONSTRUCTION}
-    row_of = {(split, r["index"]): r for split, split_rows in rows.items() for r in split_rows}
-    done = refine_in_turns(writer, evaluator, {p: row_of[p] for p in first}, workloads,
-                           {p: a0 if a0.evaluation.latency else None for p, a0 in first.items()},
-                           turns=config.turns, path=path, seed=config.seed, progress=progress)
+    if replay is not None:
+        recorded = read_turns(replay)
+        wanted = {(*p, turn) for p in first for turn in range(1, config.turns + 1)}
+        if not wanted <= recorded.keys():
+            raise InputError(f"{replay} lacks {len(wanted - recorded.keys())} of the {len(wanted)} turns to judge again")
+        done = judge_turns_again(evaluator, {k: recorded[k] for k in wanted}, workloads, path=path, progress=progress)
+    else:
+        row_of = {(split, r["index"]): r for split, split_rows in rows.items() for r in split_rows}
+        done = refine_in_turns(writer, evaluator, {p: row_of[p] for p in first}, workloads,
+                               {p: a0 if a0.evaluation.latency else None for p, a0 in first.items()},
+                               turns=config.turns, path=path, seed=config.seed, progress=progress)
     out = []
     for (split, index), a0 in first.items():
         out.append({"split": split, "index": index, "turn": 0, "workload": a0.workload, "task": CONSTRUCTION,

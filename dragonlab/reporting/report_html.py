@@ -10,7 +10,7 @@ from pathlib import Path
 from dragonlab.core.jsonl import write_atomic
 from dragonlab.reporting import plots
 from dragonlab.reporting.metrics import MATCH_WITHIN, search_curves
-from dragonlab.reporting.results import Report
+from dragonlab.reporting.results import DRIFT, Report
 
 
 def fmt(x, kind: str = "") -> str:
@@ -179,8 +179,12 @@ def sections(report: Report) -> list[tuple[str, str]]:
     audit = report.audit
     out.append(("Audit", f"<p>{audit.decoded} decoded scripts re-encoded; round-trip failures: "
                 f"{len(audit.round_trip_failures)}. Speedups above the evaluator's threshold (flagged, "
-                f"kept): {len(audit.suspicious)}. {html.escape(audit.contended_warning())}</p>" + (table(
-                    ["entry"], [[html.escape(str(s))] for s in audit.suspicious]) if audit.suspicious else "")))
+                f"kept): {len(audit.suspicious)}. {html.escape(' '.join(audit.warnings()))}</p>" + (table(
+                    ["entry"], [[html.escape(str(s))] for s in audit.suspicious]) if audit.suspicious else "") +
+                (table(["system", "construction prompts", "unscheduled kernel in the attempts' batches / in the "
+                        "baselines' (geomean)", f"prompts off by more than {DRIFT}x"],
+                       [[n, d.prompts, f"{d.geomean:.3f}" if d.geomean else "-", d.off]
+                        for n, d in audit.reference_drift.items()]) if audit.reference_drift else "")))
     out.append(("Sources", "<p>Every number above is computed from these files of "
                 f"<code>{html.escape(report.run)}/report/</code>: " +
                 ", ".join(f"<code>{html.escape(s)}</code>" for s in report.sources) + ".</p>"))

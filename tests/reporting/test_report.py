@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from dragonlab.learn.attempts import Attempt, per_workload, read_attempts
 from dragonlab.reporting.compare import Comparison, ModelComparison, compare_models
 from dragonlab.reporting.metrics import fast_p, metrics, pass_at_k, search_curves, stats
 from dragonlab.reporting.report import ReportConfig, held_out_rows, read_report
-from dragonlab.reporting.results import LLMSystem, Match, MatchTime, Ratio, Report
+from dragonlab.reporting.results import Drift, LLMSystem, Match, MatchTime, Ratio, Report
 from dragonlab.search.baselines import SearchRun
 
 
@@ -85,7 +86,8 @@ def _baseline(system, latencies):
 
 
 def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0, together: dict | None = None,
-                      seeded: dict | None = None, contention: tuple[float | None, ...] = ()) -> Report:
+                      seeded: dict | None = None, contention: tuple[float | None, ...] = (),
+                      unscheduled_in_batch: float | None = None) -> Report:
     attempts = {"m": [replace(a, seconds=seconds) for a in (
         _attempt("test", 0, 0, "construction", "a", 4.0), _attempt("test", 0, 1, "construction", "a", 2.0),
         _attempt("test", 1, 0, "construction", "b", None), _attempt("test", 1, 1, "construction", "b", 1.0),
@@ -93,6 +95,9 @@ def _hand_made_report(rl_vs_sft=None, seconds: float | None = 1.0, together: dic
         _attempt("test", 2, 1, "refinement", "a", None))]}
     attempts["m"] = [replace(a, evaluation=replace(a.evaluation, contention=c))
                      for a, c in itertools.zip_longest(attempts["m"], contention)]
+    if unscheduled_in_batch is not None:  # the construction attempts' reference, timed in their batch
+        attempts["m"] = [replace(a, evaluation=replace(a.evaluation, reference_latency=unscheduled_in_batch))
+                         if a.task == "construction" and a.evaluation.latency else a for a in attempts["m"]]
     base = {"unscheduled": _baseline("unscheduled", {"a": 8.0, "b": 8.0}),
             "metaschedule@2": _baseline("metaschedule@2", {"a": 2.0, "b": None}),
             "metaschedule@4": _baseline("metaschedule@4", {"a": 1.0, "b": 2.0}),
@@ -287,6 +292,23 @@ def test_the_report_counts_attempts_timed_beside_other_work():
     assert Report.from_json(r.to_json()).audit.contended == {"m": 2}
 
 
+def test_the_report_says_when_attempts_were_judged_at_another_speed_than_the_baselines():
+    """Speedups divide by the baselines' unscheduled kernel: attempts whose batches timed that
+    kernel 3x slower (another machine, a loaded one) are flagged; at 1.05x they are not."""
+    from dragonlab.cli.reporting import summary_text
+    from dragonlab.reporting.report_html import sections
+
+    same = _hand_made_report(unscheduled_in_batch=8.4)  # the baselines timed it at 8.0
+    assert same.audit.reference_drift["m"] == Drift(prompts=2, geomean=pytest.approx(1.05), off=0)
+    assert same.audit.warnings() == [] and "warning" not in summary_text(same)
+    other = _hand_made_report(unscheduled_in_batch=24.0)
+    assert other.audit.reference_drift["m"] == Drift(prompts=2, geomean=pytest.approx(3.0), off=2)
+    assert "warning: The unscheduled kernel, timed in the attempts' batches, ran at another speed" in summary_text(other)
+    assert "m 3.00x, 2 of 2 prompts off" in dict(sections(other))["Audit"]
+    assert Report.from_json(other.to_json()).audit == other.audit
+    assert _hand_made_report().audit.reference_drift["m"] == Drift(prompts=0, geomean=None, off=0)
+
+
 def test_the_page_and_figures_read_a_report():
     from dragonlab.reporting.report_html import figures, sections
 
@@ -443,8 +465,6 @@ def test_held_out_rows_take_one_construction_prompt_per_workload():
 def run_dir(tmp_path, data, tiny):
     """A run directory with the tiny model as both SFT and RL (the report needs models, not good
     ones), RL's a copy (a test changes its weights)."""
-    import shutil
-
     run = tmp_path / "run"
     for name in ("sft", "rl"):
         (run / name).mkdir(parents=True)
@@ -541,4 +561,49 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         assert "digests.rl: " in capsys.readouterr().err
         weights.write_bytes(original)
         assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
+        # The RL weights gone (a report restored from its parts): its attempts are read back and
+        # the report computed again; with an attempt missing, the error names the model to put back.
+        kept = tmp_path / "rl-model"
+        (run_dir / "rl" / "model").rename(kept)
+        (run_dir / "report" / "report.json").unlink()
+        assert main(args) == 0
+        assert read_report(run_dir / "report").to_json() == report.to_json()
+        assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
+        rl_attempts = run_dir / "report" / "attempts-rl.jsonl"
+        rl_attempts.write_text("".join(lines["attempts-rl.jsonl"].splitlines(keepends=True)[:-1]))
+        assert main(args) == 2
+        assert f"rl model is gone from {(run_dir / 'rl' / 'model').resolve()}" in capsys.readouterr().err
+        assert len(llm.requests) == served
+
+    # Judged again in another run directory (--replay): the same scripts in the same batches, the
+    # models not needed; the searches carried over, every kernel timed again. A replayed report
+    # short of attempts, or made with other settings, is refused.
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "dataset").symlink_to(data)
+    replay = ["report", "--run", str(again), *args[3:args.index("--llm-base-url")], "--replay", str(run_dir / "report")]
+    assert main(replay) == 2
+    assert f"{rl_attempts} holds 1 of the 2 attempts to judge again at train prompt" in capsys.readouterr().err
+    rl_attempts.write_text(lines["attempts-rl.jsonl"])
+    assert main([*replay[:3], "--k", "3", *replay[5:]]) == 2
+    assert "other settings (k)" in capsys.readouterr().err
+    shutil.rmtree(again / "report")
+    assert main(replay) == 0
+    for name in ("sft", "rl"):
+        before, after = (read_attempts(d / "report" / f"attempts-{name}.jsonl") for d in (run_dir, again))
+        assert [(a.split, a.index, a.sample, a.script, a.seconds) for a in after] == [
+            (a.split, a.index, a.sample, a.script, a.seconds) for a in before]
+        assert [a.evaluation.correct for a in after] == [a.evaluation.correct for a in before]
+        assert all(a.evaluation.latencies != b.evaluation.latencies for a, b in zip(after, before) if a.evaluation.correct)
+        turns_before, turns_after = (list(read_lines(d / "report" / f"turns-{name}.jsonl")) for d in (run_dir, again))
+        assert [d["script"] for d in turns_after] == [d["script"] for d in turns_before]
+    for d in ("search", "seeded-rl"):
+        assert sorted(p.name for p in (again / "report" / d).iterdir()) == sorted(
+            p.name for p in (run_dir / "report" / d).iterdir())
+    unscheduled = [{d["workload"]: d["evaluation"]["latencies"] for d in read_lines(r / "report" / "baselines.jsonl")
+                    if d["system"] == "unscheduled"} for r in (run_dir, again)]
+    assert unscheduled[0].keys() == unscheduled[1].keys() and all(
+        unscheduled[0][k] != unscheduled[1][k] for k in unscheduled[0])
+    replayed = read_report(again / "report")
+    assert set(replayed.systems) == {"sft", "rl"} and replayed.models["rl"] == str((run_dir / "rl" / "model").resolve())
     _renders_in_chromium(run_dir / "report" / "report.html", html.count("Plotly.newPlot"), tmp_path)  # last: may skip
