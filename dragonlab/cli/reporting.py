@@ -106,6 +106,9 @@ def add_report(sub, name: str, help: str):
                         "new ones, and its searches' kernels, without searching again; everything is timed again here: "
                         "a report judged on a busy machine, or over sessions on machines of different speed, "
                         "judged again on one idle machine")
+    c.add_argument("--other-machine", action="store_true",
+                   help="resume on a machine that runs the calibration kernel at another speed than the one the "
+                        "report started on (refused otherwise: the latencies would not compare)")
     c.set_defaults(run=report)
 
 
@@ -127,7 +130,7 @@ def report(args) -> int:
     start = time.monotonic()
     if args.replay is not None and not (args.replay / "run.json").is_file():
         raise UsageError(f"--replay {args.replay}: not a report directory (no run.json)")
-    result = run_report(args.run_dir, config, llm=llm, replay=args.replay)
+    result = run_report(args.run_dir, config, llm=llm, replay=args.replay, other_machine=args.other_machine)
     print(summary_text(result))
     print(f"report in {time.monotonic() - start:.0f} s -> {args.run_dir / 'report' / 'report.html'}")
     return 0
@@ -138,7 +141,8 @@ def add_scaling(sub, name: str, help: str):
                 description="One point per SFT run: its training workloads and model size, its exact per-attempt "
                             "correctness per task, and the best-of-k speedup of its construction attempts (bootstrap "
                             "95%% interval), from an attempts file written by `dragonlab attempts`. Writes "
-                            "OUT/points.json, OUT/points.md and each run's run.json, log.jsonl and attempts under "
+                            "OUT/points.json, OUT/points.md and each run's run.json, log.jsonl, attempts and counts.json (its "
+                            "parameters and training workloads: the points can be computed again from OUT) under "
                             "OUT/<run>/, and prints the table.")
     c.add_argument("runs", nargs="+", metavar="RUN[=ATTEMPTS]",
                    help="an SFT run directory (or a shipped model directory with its run.json), and its attempts "

@@ -339,6 +339,12 @@ class Evaluator:
             self._reference_contention[workload.key] = contention
         return self._references[workload.key]
 
+    def unscheduled_latency(self, workload: Workload) -> float | None:
+        """The unscheduled kernel's latency timed now, not the batch's cached one (a calibration)."""
+        self._references.pop(workload.key, None)
+        self._reference_contention.pop(workload.key, None)
+        return self.reference_latency(workload)
+
     def _time(self, evaluation: Evaluation, artifact: str, arg_specs: list) -> Evaluation:
         """Time the library that was checked: the same file, not a rebuild."""
         timed, contention = self._time_artifact(artifact, arg_specs)

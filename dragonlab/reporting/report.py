@@ -10,6 +10,7 @@ and does RL beat SFT? Computed on held-out workloads, by the protocol in docs/re
     together.jsonl            per workload, the systems' best-of-k and MetaSchedule's kernels timed side by side
     rl-vs-sft.jsonl           RL vs SFT: both models' kernels at each prompt timed side by side
     search/, seeded-<system>/ the searches' record stores (every measured candidate) and wall times
+    machine.jsonl             per session that judged: when, where, a calibration kernel's latency
     report.json               every metric, with the files it was computed from
     report.html               one self-contained page: tables, plotly figures, the paper's numbers
     figures/                  the page's figures as PNG files (when Chromium is there for kaleido)
@@ -148,7 +149,7 @@ class _GoneModel:
 
 
 def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *, llm=None, evaluator=None,
-               replay: str | os.PathLike | None = None, progress: bool = True) -> Report:
+               replay: str | os.PathLike | None = None, other_machine: bool = False, progress: bool = True) -> Report:
     """Judge every system on the held-out prompts of `run/dataset`, write `run/report/` and return
     the report (report.json's content). `llm`: an `llm.ChatModel`; its attempts are the system
     `llm-<model>`, in their own file, so LLMs can join a report one at a time. `evaluator`: an
@@ -160,10 +161,13 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     machine, or over sessions on machines of different speed, judged again on one idle machine);
     its models need not be on this machine. Its searches (`search/`, `seeded-*/`) are carried
     over as they ran; everything that is timed (attempts, turns, baselines, side by side) is
-    timed again here."""
+    timed again here. An unfinished report first times a calibration kernel and refuses a
+    machine of another speed than the one it started on (`machine.check`, `machine.jsonl`) unless
+    `other_machine`."""
     import torch
 
     from dragonlab.core.rundir import claim
+    from dragonlab.evaluation import machine
     from dragonlab.evaluation.evaluate import Evaluator
     from dragonlab.learn import dataset, models
 
@@ -198,6 +202,11 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     if evaluator is not None and evaluator.target.name != target:
         raise InputError(f"the evaluator judges {evaluator.target.name}, the dataset's held-out splits {target}")
     with contextlib.nullcontext(evaluator) if evaluator is not None else Evaluator(target) as evaluator:
+        if not (out / "report.json").exists():  # judging to do: on the machine the report started on
+            calibration = machine.check(out / "machine.jsonl", evaluator, other_machine=other_machine)
+            if progress and "ratio_to_first" in calibration:
+                print(f"this machine runs the calibration kernel at {calibration['ratio_to_first']:.2f}x the speed "
+                      f"of the report's first session")
         every = [r for split in rows.values() for r in split]
         for name in [n for n in ("sft", "rl") if n in systems or n in gone]:
             if replay is not None:

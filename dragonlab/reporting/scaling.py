@@ -13,8 +13,10 @@ the run directory: its training workloads and model size, and its attempts at a 
     scaling.figure(points).show()
 
 `dragonlab scaling RUN... --out DIR` writes the points (`points.json`, read back by `read`), their
-table, and each run's evidence (run.json, log.jsonl, the attempts) to DIR: the curve can be drawn,
-and checked, without the models. docs/sft.md has the curve of the standard corpus and the
+table, and each run's evidence (run.json, log.jsonl, the attempts, and `counts.json`: the model's
+parameters and the training workloads, counted from the weights and the dataset) to DIR: the
+curve can be drawn, checked, and computed again from DIR's run directories, without the models
+or the dataset. docs/sft.md has the curve of the standard corpus and the
 commands that made it (`results/cpu-standard/scaling/`).
 """
 
@@ -69,8 +71,12 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
     judged = read_attempts(path)
     if not judged:
         raise InputError(f"{path}: no attempts in it")
-    workloads = config.get("train_workloads")
+    counts = json.loads((run / COUNTS).read_text()) if (run / COUNTS).is_file() else {}
+    workloads = config.get("train_workloads") or counts.get("train_workloads")
     if workloads is None:
+        if not Path(meta["data"]).is_dir():
+            raise InputError(f"{run}: its dataset {meta['data']} is not here and no {COUNTS} says how many workloads "
+                             "it trained on")
         dsd, _ = dataset.load(meta["data"])
         workloads = len(set(dsd["train"]["workload"]))
     by_prompt = defaultdict(list)
@@ -86,7 +92,8 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
     tasks = [t for t in TASKS if t in rows]
     return ScalingPoint(
         run=str(run), preset=config["preset"], train_workloads=workloads,
-        parameters=_parameters(model_dir),
+        parameters=_parameters(model_dir) if any(model_dir.glob("*.safetensors")) or "parameters" not in counts
+        else counts["parameters"],
         steps=max((d.get("step", 0) for d in read_log(run / "log.jsonl")), default=0), attempts=len(judged),
         exact={t: rows[t]["exact"] for t in tasks}, correct={t: rows[t]["correct"] for t in tasks},
         cut_short=rows["all"]["dead_ends"] + rows["all"]["cut_at_length"], k=k,
@@ -100,14 +107,20 @@ def write(points: list[ScalingPoint], runs: list[Path], attempts: list[Path], ou
     from dragonlab.core.jsonl import write_atomic
 
     out = Path(out)
-    for run, judged in zip(runs, attempts):
+    for p, run, judged in zip(points, runs, attempts):
         evidence = out / label(run)
         evidence.mkdir(parents=True, exist_ok=True)
         for f in (run / "run.json", run / "log.jsonl", judged):
-            write_atomic(evidence / f.name, f.read_bytes())
+            if f.resolve() != (evidence / f.name).resolve():
+                write_atomic(evidence / f.name, f.read_bytes())
+        write_atomic(evidence / COUNTS, json.dumps({"parameters": p.parameters,
+                                                    "train_workloads": p.train_workloads}) + "\n")
     write_atomic(out / "points.json", json.dumps([asdict(p) for p in points], indent=1) + "\n")
     write_atomic(out / "points.md", table(points) + "\n")
     return out / "points.json"
+
+
+COUNTS = "counts.json"  # in an evidence directory: what the weights and the dataset, not kept, said
 
 
 def label(run: str | os.PathLike) -> str:
@@ -133,7 +146,7 @@ def _parameters(model_dir: Path) -> int:
 
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
-        raise InputError(f"{model_dir}: no safetensors weights")
+        raise InputError(f"{model_dir}: no safetensors weights, and no {COUNTS} beside its run.json")
     total = 0
     for f in files:
         with safe_open(f, "np") as weights:

@@ -474,6 +474,11 @@ def run_dir(tmp_path, data, tiny):
     return run
 
 
+def _judged(run: Path) -> dict[str, str]:
+    """What a report holds as judged: its record files (but the sessions' machine lines)."""
+    return {p.name: p.read_text() for p in (run / "report").glob("*.jsonl") if p.name != "machine.jsonl"}
+
+
 def _renders_in_chromium(page: Path, figures: int, tmp_path: Path) -> None:
     """The report page opened from disk in Debian's Chromium draws every figure (no network: plotly.js
     is inlined). The screenshot is kept in $DRAGONLAB_ARTIFACTS when set."""
@@ -540,19 +545,19 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         assert ran.count(PLOTLY) >= 4 and ran.count(WIDGET) >= 1
 
         # Rerun from the command line: everything is read back, nothing asked or judged again.
-        lines = {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")}
+        lines = _judged(run_dir)
         args = ["report", "--run", str(run_dir), "--k", "2", "--best-of", "3", "--budgets", "2", "4",
                 "--seeded-budget", "2", "--population", "64", "--turns", "1",
                 "--refinement-per-workload", "1", "--splits", "train", "--llm-base-url", llm.base_url,
                 "--llm-model", MODEL]
         assert main(args) == 0
-        assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
+        assert _judged(run_dir) == lines
         assert len(llm.requests) == served
         written = read_attempts(run_dir / "report" / f"attempts-{llm_name}.jsonl")
         assert len(written) == 2 * (3 + 2)  # workloads x (best_of + k)
         # Other settings would mix with what is there: refused, nothing written.
         assert main(args[:3] + ["--k", "3"] + args[5:]) == 2
-        assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
+        assert _judged(run_dir) == lines
         # Another RL model at the same path (retrained, or restored on another machine): refused too.
         weights = run_dir / "rl" / "model" / "model.safetensors"
         original = weights.read_bytes()
@@ -560,7 +565,7 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         assert main(args) == 2
         assert "digests.rl: " in capsys.readouterr().err
         weights.write_bytes(original)
-        assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
+        assert _judged(run_dir) == lines
         # The RL weights gone (a report restored from its parts): its attempts are read back and
         # the report computed again; with an attempt missing, the error names the model to put back.
         kept = tmp_path / "rl-model"
@@ -568,7 +573,17 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         (run_dir / "report" / "report.json").unlink()
         assert main(args) == 0
         assert read_report(run_dir / "report").to_json() == report.to_json()
-        assert {p.name: p.read_text() for p in (run_dir / "report").glob("*.jsonl")} == lines
+        assert _judged(run_dir) == lines
+        # An unfinished report resumed on a machine of another speed: refused before judging.
+        sessions = run_dir / "report" / "machine.jsonl"
+        recorded = sessions.read_text()
+        assert len(recorded.splitlines()) == 2  # the first run's session, and this one's
+        first = json.loads(recorded.splitlines()[0])
+        sessions.write_text(json.dumps({**first, "calibration": first["calibration"] / 3}) + "\n")
+        (run_dir / "report" / "report.json").unlink()
+        assert main(args) == 2
+        assert "this machine runs the calibration kernel in" in capsys.readouterr().err
+        sessions.write_text(recorded)
         rl_attempts = run_dir / "report" / "attempts-rl.jsonl"
         rl_attempts.write_text("".join(lines["attempts-rl.jsonl"].splitlines(keepends=True)[:-1]))
         assert main(args) == 2

@@ -62,8 +62,17 @@ def test_the_scaling_command_writes_the_points_and_the_evidence_beside_them(tiny
     shown = capsys.readouterr().out
     assert "| 2 | 160 | constrained | 1 |" in shown and "| 2 | 160 | unconstrained | 1 |" in shown
     assert (out / "points.md").read_text().startswith("| run") and len(scaling.figure(points).data) == 4
-    assert sorted(p.name for p in (out / run.name).iterdir()) == ["free.jsonl", "judged.jsonl", "log.jsonl",
-                                                                  "run.json"]
+    evidence = out / run.name
+    assert sorted(p.name for p in evidence.iterdir()) == ["counts.json", "free.jsonl", "judged.jsonl", "log.jsonl",
+                                                          "run.json"]
+    # The points again from the evidence alone: neither the weights nor the dataset are there.
+    meta = json.loads((evidence / "run.json").read_text())
+    (evidence / "run.json").write_text(json.dumps({**meta, "data": str(tmp_path / "gone")}))
+    again = [scaling.point(evidence, evidence / name) for name in ("judged.jsonl", "free.jsonl")]
+    assert [dataclasses.replace(p, run=str(run)) for p in again] == points
+    (evidence / "counts.json").unlink()
+    with pytest.raises(InputError, match="is not here and no counts.json"):
+        scaling.point(evidence, evidence / "judged.jsonl")
     assert main(["scaling", f"{run}={attempts}", f"{run}={attempts}", "--out", str(out)]) == 2  # would mix
     # the default attempts file is RUN/attempts-test.jsonl; a missing one is named
     assert main(["scaling", str(run), "--out", str(out)]) == 2

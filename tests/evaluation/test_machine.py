@@ -1,0 +1,33 @@
+"""A long job resumed on a machine of another speed is refused before it judges anything."""
+
+import json
+
+import pytest
+
+from dragonlab.core.errors import InputError
+from dragonlab.evaluation import machine
+from dragonlab.evaluation.evaluate import Evaluator
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with Evaluator("cpu") as ev:
+        yield ev
+
+
+def test_a_job_resumed_on_a_machine_of_another_speed_is_refused(evaluator, tmp_path):
+    path = tmp_path / "machine.jsonl"
+    first = machine.check(path, evaluator)  # the first session: recorded, nothing to compare
+    assert first["calibration"] > 0 and "ratio_to_first" not in first
+    again = machine.check(path, evaluator)  # the same machine, idle
+    assert 1 / machine.TOLERANCE <= again["ratio_to_first"] <= machine.TOLERANCE
+    assert len(path.read_text().splitlines()) == 2
+
+    faster = tmp_path / "faster.jsonl"  # a job started where the kernel ran 3x faster
+    faster.write_text(json.dumps({**first, "calibration": first["calibration"] / 3}) + "\n")
+    before = faster.read_text()
+    with pytest.raises(InputError, match=r"ms, 3\.\d\dx the .* ms of the session that started this job"):
+        machine.check(faster, evaluator)
+    assert faster.read_text() == before  # nothing appended
+    mixed = machine.check(faster, evaluator, other_machine=True)
+    assert mixed["ratio_to_first"] == pytest.approx(3, rel=0.25) and len(faster.read_text().splitlines()) == 2
