@@ -325,21 +325,25 @@ class Replay:
             for row in split_rows:
                 by_prompt.setdefault(row["prompt"], (split, row))
         self.by_prompt = by_prompt
-        self.recorded: dict[tuple[str, int], list[Attempt]] = {}
-        for a in sorted(attempts, key=lambda a: a.sample):
-            self.recorded.setdefault((a.split, a.index), []).append(a)
+        self.recorded: dict[tuple[str, int], dict[int, Attempt]] = {}
+        for a in attempts:  # the last line of a sample wins, as it does for a resumed run
+            self.recorded.setdefault((a.split, a.index), {})[a.sample] = a
         self.last: list[list[str | None]] = []
 
     def write(self, prompts: list[str], *, n: int, seed: int) -> list[list[str]]:
         out, self.last = [], []
         for prompt in prompts:
             split, row = self.by_prompt[prompt]
-            got = self.recorded.get((split, row["index"]), [])
-            if len(got) < n or any(a.workload != row["workload"] for a in got):
-                raise InputError(f"{self.source} holds {len(got)} of the {n} attempts to judge again at {split} "
-                                 f"prompt {row['index']} (workload {row['workload']})")
-            out.append([a.script for a in got[:n]])
-            self.last.append([a.ending for a in got[:n]])
+            samples = self.recorded.get((split, row["index"]), {})
+            got = [samples[s] for s in range(n) if s in samples]
+            where = f"{split} prompt {row['index']} (workload {row['workload']})"
+            if len(got) < n:
+                raise InputError(f"{self.source} holds {len(got)} of the {n} attempts to judge again at {where}")
+            if any(a.workload != row["workload"] for a in got):
+                raise InputError(f"{self.source}: its attempts at {where} are at another workload: "
+                                 "a report of another dataset")
+            out.append([a.script for a in got])
+            self.last.append([a.ending for a in got])
         return out
 
     def endings(self, n: int) -> list[list[str | None]]:

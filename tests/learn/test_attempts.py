@@ -86,3 +86,25 @@ def test_a_resumed_file_gives_every_example_the_attempts_asked_for(quick, tmp_pa
         with pytest.raises(InputError, match=rf"{out}: example 0 of 'test' has an attempt numbered 1"):
             attempts(1)
         assert out.read_bytes() == before
+
+
+def test_a_replay_writes_the_recorded_scripts_by_sample_and_refuses_another_dataset_s():
+    from dragonlab.evaluation.evaluate import Evaluation
+    from dragonlab.learn.attempts import Attempt, Replay
+
+    def attempt(sample, script, workload="w", seconds=1.0):
+        return Attempt("test", 3, sample, CONSTRUCTION, workload, workload, script,
+                       Evaluation(workload, "cpu", "ok"), "eos", seconds)
+
+    rows = {"test": [{"index": 3, "prompt": "p", "workload": "w", "task": CONSTRUCTION}]}
+    # out of order, and sample 1 written twice (a resumed run): the last line of a sample wins
+    recorded = [attempt(1, "b-old", seconds=5.0), attempt(0, "a"), attempt(1, "b", seconds=2.0)]
+    replay = Replay(recorded, rows, "old/attempts.jsonl")
+    assert replay.write(["p"], n=2, seed=3) == [["a", "b"]] and replay.endings(2) == [["eos", "eos"]]
+    assert replay.seconds(attempt(1, "b", seconds=None)) == 2.0
+    with pytest.raises(InputError, match=r"old/attempts.jsonl holds 2 of the 3 attempts to judge again at test "
+                                         r"prompt 3 \(workload w\)"):
+        replay.write(["p"], n=3, seed=3)
+    other = Replay([attempt(0, "a", workload="v")], rows, "old/attempts.jsonl")
+    with pytest.raises(InputError, match="are at another workload: a report of another dataset"):
+        other.write(["p"], n=1, seed=3)
