@@ -101,11 +101,9 @@ def add_report(sub, name: str, help: str):
     c.add_argument("--llm-endpoint", choices=("chat", "completions"), default="chat",
                    help="completions: the dataset prompt alone, for a served dragonlab model")
     c.add_argument("--replay", type=Path, metavar="REPORT_DIR",
-                   help="judge again the models' attempts and turns that this report directory holds (made with "
-                        "the same settings), the same scripts in the same batches, instead of the models writing "
-                        "new ones, and its searches' kernels, without searching again; everything is timed again here: "
-                        "a report judged on a busy machine, or over sessions on machines of different speed, "
-                        "judged again on one idle machine")
+                   help="judge again, on this machine, what this report directory holds (made with the same "
+                        "settings): its models' scripts in the same batches and its searches' kernels, writing and "
+                        "searching nothing; everything is timed again")
     c.add_argument("--other-machine", action="store_true",
                    help="resume on a machine that runs the calibration kernel at another speed than the one the "
                         "report started on (refused otherwise: the latencies would not compare)")
@@ -128,8 +126,6 @@ def report(args) -> int:
         llm = ChatModel(args.llm_base_url, args.llm_model, api_key_env=args.llm_key_env, endpoint=args.llm_endpoint,
                         temperature=config.temperature)
     start = time.monotonic()
-    if args.replay is not None and not (args.replay / "run.json").is_file():
-        raise UsageError(f"--replay {args.replay}: not a report directory (no run.json)")
     result = run_report(args.run_dir, config, llm=llm, replay=args.replay, other_machine=args.other_machine)
     print(summary_text(result))
     print(f"report in {time.monotonic() - start:.0f} s -> {args.run_dir / 'report' / 'report.html'}")

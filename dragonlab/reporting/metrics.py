@@ -125,7 +125,7 @@ def metrics(attempts: dict[str, list[Attempt]], turns: dict[str, list[dict]], ba
                   best_of_k=best_of_k, best_of_k_vs_metaschedule=versus, best_of_k_vs_random=versus_random,
                   trials_to_match=to_match,
                   turns={name: _turn_curve(rows, unscheduled, config.turns) for name, rows in turns.items()},
-                  best_of_k_curve=curves, rl_vs_sft=rl_vs_sft, audit=_audit(attempts, base), seeded_search=seeded,
+                  best_of_k_curve=curves, rl_vs_sft=rl_vs_sft, audit=_audit(attempts, base, unscheduled), seeded_search=seeded,
                   search_seconds={k: v.get("seconds") for k, v in search.items()}, time_to_match=times,
                   timed_side_by_side=together is not None)
 
@@ -299,7 +299,7 @@ def _turn_curve(rows: list[dict], unscheduled: dict, turns: int) -> TurnCurve:
     return TurnCurve(prompts=len(by_prompt), points=tuple(points))
 
 
-def _audit(attempts: dict[str, list[Attempt]], base: dict) -> Audit:
+def _audit(attempts: dict[str, list[Attempt]], base: dict, unscheduled: dict) -> Audit:
     """Speedups above the evaluator's threshold, scripts that decode but do not re-encode to the
     same trace (there must be none), and attempts timed beside other work."""
     from dragonlab.core import codec
@@ -322,7 +322,6 @@ def _audit(attempts: dict[str, list[Attempt]], base: dict) -> Audit:
             if isinstance(d, dict) and (d.get("evaluation") or {}).get("suspicious"):
                 suspicious.append({"system": system, "workload": key})
     contended = {name: sum(a.evaluation.contended for a in group) for name, group in attempts.items()}
-    unscheduled = {k: _latency(d) for k, d in base.get("unscheduled", {}).items()}
     return Audit(suspicious=tuple(suspicious), decoded=decoded, round_trip_failures=tuple(not_exact),
                  contended=contended,
                  reference_drift={name: _drift(group, unscheduled) for name, group in attempts.items()})

@@ -121,8 +121,9 @@ def replayed_systems(replay: Path, config: ReportConfig) -> dict[str, tuple[str,
     run = read_json(meta) if meta.is_file() else None
     if not (isinstance(run, dict) and isinstance(run.get("config"), dict) and isinstance(run.get("models"), dict)):
         raise InputError(f"{meta}: not a report's run.json (no config and models); --replay takes a report directory")
-    if completed(ReportConfig, run["config"]) != recorded(config):
-        differ = sorted(k for k, v in recorded(config).items() if completed(ReportConfig, run["config"]).get(k) != v)
+    theirs, ours = completed(ReportConfig, run["config"]), recorded(config)
+    if theirs != ours:
+        differ = sorted(k for k, v in ours.items() if theirs.get(k) != v)
         raise InputError(f"{meta} was made with other settings ({', '.join(differ)}); replay it with its own")
     names = [n for n in ("sft", "rl") if n in run["models"] and (replay / f"attempts-{n}.jsonl").is_file()]
     if not names:
@@ -179,17 +180,18 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
         raise InputError(f"{run / 'dataset'} has none of the held-out splits {list(config.splits)}")
     target = dataset.target_of(dsd, list(rows))
     held = list(dict.fromkeys(r["workload"] for split in rows.values() for r in split))
-    if replay is not None:  # the replayed report's models, as it recorded them
+    # The models that write here (`present`), and every model system of the report with its path
+    # and digest as run.json records them (`recorded`): a replayed report's, or a gone one's too
+    if replay is not None:
         replay = Path(replay).resolve()
-        systems, gone = {}, replayed_systems(replay, config)
+        present, recorded = {}, replayed_systems(replay, config)
     else:
-        systems = model_systems(run)
-        gone = gone_systems(out, systems)
+        present = model_systems(run)
+        recorded = {n: (str(p.resolve()), models.digest(p)) for n, p in present.items()} | gone_systems(out, present)
     fresh = not (out / "run.json").exists()
     # A report resumes only with the settings it was started with (its files hold k attempts each, ...)
-    claim(out, config, run / "dataset",
-          models={n: str(p.resolve()) for n, p in systems.items()} | {n: path for n, (path, _) in gone.items()},
-          digests={n: models.digest(p) for n, p in systems.items()} | {n: d for n, (_, d) in gone.items()},
+    claim(out, config, run / "dataset", models={n: path for n, (path, _) in recorded.items()},
+          digests={n: digest for n, (_, digest) in recorded.items()},
           **({"replay": str(replay)} if replay is not None else {}))
     if replay is not None and fresh:  # its searches, as it ran them; their kernels are timed again
         for d in (*replay.glob("seeded-*"), replay / "search"):
@@ -208,16 +210,16 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
                 print(f"this machine runs the calibration kernel at {calibration['ratio_to_first']:.2f}x the speed "
                       f"of the report's first session")
         every = [r for split in rows.values() for r in split]
-        for name in [n for n in ("sft", "rl") if n in systems or n in gone]:
+        for name in [n for n in ("sft", "rl") if n in recorded]:
             if replay is not None:
                 writer = Replay(read_attempts(replay / f"attempts-{name}.jsonl"), rows,
                                 replay / f"attempts-{name}.jsonl")
-            elif name in gone:
+            elif name not in present:
                 if progress:
-                    print(f"{name}: its model is gone from {gone[name][0]}; its attempts are read from {out}")
-                writer = _GoneModel(name, *gone[name], out / "run.json")
+                    print(f"{name}: its model is gone from {recorded[name][0]}; its attempts are read from {out}")
+                writer = _GoneModel(name, *recorded[name], out / "run.json")
             else:
-                model, tokenizer = models.load(systems[name])
+                model, tokenizer = models.load(present[name])
                 writer = ModelWriter(model, tokenizer, temperature=config.temperature,
                                      max_new_tokens=config.max_new_tokens, rows=every, workloads=workloads,
                                      constrained=config.constrained)
@@ -246,7 +248,7 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     report = replace(
         metrics(attempts, turns, base, config, held, rl_vs_sft), workload_names={k: workloads[k].name for k in held},
         run=str(run), target=target,
-        models={n: str(systems[n]) if n in systems else gone[n][0] for n in attempts if n in systems or n in gone},
+        models={n: str(present[n]) if n in present else recorded[n][0] for n in attempts if n in recorded},
         llm=LLMSystem(llm_system(llm.model), llm.base_url, llm.model) if llm else None,
         stored_search=str(stored) if stored is not None else None,
         sources=tuple(sorted(p.name for p in out.iterdir()

@@ -92,8 +92,7 @@ def point(run: str | os.PathLike, attempts: str = "attempts-test.jsonl") -> Scal
     tasks = [t for t in TASKS if t in rows]
     return ScalingPoint(
         run=str(run), preset=config["preset"], train_workloads=workloads,
-        parameters=_parameters(model_dir) if any(model_dir.glob("*.safetensors")) or "parameters" not in counts
-        else counts["parameters"],
+        parameters=_parameters(model_dir, counts),
         steps=max((d.get("step", 0) for d in read_log(run / "log.jsonl")), default=0), attempts=len(judged),
         exact={t: rows[t]["exact"] for t in tasks}, correct={t: rows[t]["correct"] for t in tasks},
         cut_short=rows["all"]["dead_ends"] + rows["all"]["cut_at_length"], k=k,
@@ -140,11 +139,14 @@ def read(path: str | os.PathLike) -> list[ScalingPoint]:
         raise InputError(f"{path}: not a points.json written by `dragonlab scaling` ({e})") from None
 
 
-def _parameters(model_dir: Path) -> int:
-    """Parameters of a saved model, from its safetensors headers (no weights loaded)."""
+def _parameters(model_dir: Path, counts: dict) -> int:
+    """Parameters of a saved model, from its safetensors headers (no weights loaded), or as the
+    run's `counts` recorded them where the weights are not kept."""
     from safetensors import safe_open
 
     files = sorted(model_dir.glob("*.safetensors"))
+    if not files and "parameters" in counts:
+        return counts["parameters"]
     if not files:
         raise InputError(f"{model_dir}: no safetensors weights, and no {COUNTS} beside its run.json")
     total = 0

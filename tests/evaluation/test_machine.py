@@ -23,11 +23,13 @@ def test_a_job_resumed_on_a_machine_of_another_speed_is_refused(evaluator, tmp_p
     assert 1 / machine.TOLERANCE <= again["ratio_to_first"] <= machine.TOLERANCE
     assert len(path.read_text().splitlines()) == 2
 
-    faster = tmp_path / "faster.jsonl"  # a job started where the kernel ran 3x faster
-    faster.write_text(json.dumps({**first, "calibration": first["calibration"] / 3}) + "\n")
+    # a job started where the kernel ran 10x faster: far outside the tolerance however loaded the
+    # machine running the tests is (a 3x version read outside 3.00-3.99x beside other tests)
+    faster = tmp_path / "faster.jsonl"
+    faster.write_text(json.dumps({**first, "calibration": first["calibration"] / 10}) + "\n")
     before = faster.read_text()
-    with pytest.raises(InputError, match=r"ms, 3\.\d\dx the .* ms of the session that started this job"):
+    with pytest.raises(InputError, match=r"ms, \d+\.\d\dx the .* ms of the session that started this job"):
         machine.check(faster, evaluator)
     assert faster.read_text() == before  # nothing appended
     mixed = machine.check(faster, evaluator, other_machine=True)
-    assert mixed["ratio_to_first"] == pytest.approx(3, rel=0.25) and len(faster.read_text().splitlines()) == 2
+    assert mixed["ratio_to_first"] > 2 * machine.TOLERANCE and len(faster.read_text().splitlines()) == 2
