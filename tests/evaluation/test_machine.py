@@ -15,17 +15,18 @@ def evaluator():
         yield ev
 
 
-def test_a_job_resumed_on_a_machine_of_another_speed_is_refused(evaluator, tmp_path):
+def test_a_job_resumed_on_a_machine_of_another_speed_is_refused(evaluator, tmp_path, monkeypatch):
     path = tmp_path / "machine.jsonl"
-    first = machine.check(path, evaluator)  # the first session: recorded, nothing to compare
+    first = machine.check(path, evaluator)  # the first session, timed for real: nothing to compare
     assert first["calibration"] > 0 and "ratio_to_first" not in first
-    again = machine.check(path, evaluator)  # the same machine, idle
+    # Later sessions' readings are given, not timed: beside the other test process a real second
+    # reading came out 2.06x the first, which is what the check is for, not what this test is.
+    monkeypatch.setattr(machine, "calibrate", lambda ev: first["calibration"] * 1.1)
+    again = machine.check(path, evaluator)  # the same machine, a little noise
     assert 1 / machine.TOLERANCE <= again["ratio_to_first"] <= machine.TOLERANCE
     assert len(path.read_text().splitlines()) == 2
 
-    # a job started where the kernel ran 10x faster: far outside the tolerance however loaded the
-    # machine running the tests is (a 3x version read outside 3.00-3.99x beside other tests)
-    faster = tmp_path / "faster.jsonl"
+    faster = tmp_path / "faster.jsonl"  # a job started where the kernel ran 10x faster
     faster.write_text(json.dumps({**first, "calibration": first["calibration"] / 10}) + "\n")
     before = faster.read_text()
     with pytest.raises(InputError, match=r"ms, \d+\.\d\dx the .* ms of the session that started this job"):
