@@ -145,9 +145,9 @@ def _parameters(model_dir: Path, counts: dict) -> int:
     from safetensors import safe_open
 
     files = sorted(model_dir.glob("*.safetensors"))
-    if not files and "parameters" in counts:
-        return counts["parameters"]
     if not files:
+        if "parameters" in counts:
+            return counts["parameters"]
         raise InputError(f"{model_dir}: no safetensors weights, and no {COUNTS} beside its run.json")
     total = 0
     for f in files:
