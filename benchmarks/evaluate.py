@@ -1,8 +1,9 @@
 """Evaluation throughput against MetaSchedule's LocalBuilder + LocalRunner, in the same run.
 
-    .venv/bin/python benchmarks/evaluate.py [--batches 4] [--per-workload 2] [--repeats 1]
+    .venv/bin/python benchmarks/evaluate.py [--batches 4] [--per-workload 2] [--repeats 1] [--families ...]
 
-Candidates are post-processed samples of four quick workloads' design spaces, submitted in
+Candidates are post-processed samples of the design spaces of the first quick workload of each
+of `--families` (default: matmul, conv2d_nchw, softmax, layernorm), submitted in
 `--batches` batches, as an RL loop submits one generation group after another. Both sides start
 cold (worker start-up included) and keep their objects across batches: one Evaluator; one
 LocalBuilder and one LocalRunner. Both time every candidate with the same EvaluatorConfig
@@ -38,18 +39,23 @@ from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import suite
 
 
+FAMILIES = ["matmul", "conv2d_nchw", "softmax", "layernorm"]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=4)
     p.add_argument("--per-workload", type=int, default=2, help="candidates per workload and batch")
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--families", nargs="+", default=FAMILIES, choices=sorted({w.family for w in suite("quick")}),
+                   metavar="FAMILY", help="the quick suite's families, the first workload of each")
     fair.add_arguments(p)
     args = p.parse_args()
     idle = fair.machine(args.allow_contended)
     target = get_target("cpu")
     measure = MeasureConfig()
     quick = {w.family: w for w in reversed(suite("quick"))}  # first of each family
-    workloads = [quick[f] for f in ("matmul", "conv2d_nchw", "softmax", "layernorm")]
+    workloads = [quick[f] for f in args.families]
     batches = [sample_scripts(workloads, target, per_workload=args.per_workload, seed=b) * args.repeats
                for b in range(args.batches)]
     total = sum(map(len, batches))
