@@ -82,6 +82,18 @@ def collected(tmp_path_factory, quick):
 
 
 @pytest.fixture(scope="session")
+def reduce_row_store(tmp_path_factory, quick):
+    """A second real store: the first quick reduce_row, 8 trials in one round (once per run; the
+    family the dataset and benchmark tests hold out)."""
+    def make(folder):
+        collect([quick["reduce_row"]], get_target("cpu"), RecordStore(folder, create=True),
+                CollectConfig(trials=8, trials_per_round=8, population=64), progress=False)
+        return str(folder)
+
+    return Path(once(tmp_path_factory, "reduce_row", make))
+
+
+@pytest.fixture(scope="session")
 def data(collected, tmp_path_factory):
     """The session's matmul + softmax records as 4 examples (one of each task per workload), all in train."""
     def make(folder):

@@ -24,21 +24,15 @@ from dragonlab.learn import dataset
 from dragonlab.learn.dataset import SPLITS
 from dragonlab.learn.dataset_config import DatasetConfig
 from dragonlab.learn.prompts import CONSTRUCTION, REFINEMENT, kernel_text
-from dragonlab.search.collect import collect
-from dragonlab.search.config import CollectConfig
 from dragonlab.search.records import OK, Record, RecordStore, trace_text
 
 HOLDOUT = "reduce_row"
 
 
 @pytest.fixture(scope="module")
-def stores(collected, quick, tmp_path_factory):
-    """The session's matmul + softmax store and a second real store: reduce_row, 8 trials in
-    one round (the family held out below)."""
-    root = tmp_path_factory.mktemp("dataset_extra")
-    collect([quick[HOLDOUT]], get_target("cpu"), RecordStore(root, create=True),
-            CollectConfig(trials=8, trials_per_round=8, population=64), progress=False)
-    return [collected[0], root]
+def stores(collected, reduce_row_store):
+    """The session's matmul + softmax store and its reduce_row store (the family held out below)."""
+    return [collected[0], reduce_row_store]
 
 
 @pytest.fixture(scope="module")

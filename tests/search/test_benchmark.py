@@ -82,16 +82,8 @@ def _tiny_benchmark(collected, stores) -> Benchmark:
 
 
 @pytest.fixture(scope="module")
-def tiny_stores(collected, quick, tmp_path_factory):
-    from dragonlab.core.targets import get_target
-    from dragonlab.search.collect import collect
-    from dragonlab.search.config import CollectConfig
-    from dragonlab.search.records import RecordStore
-
-    root = tmp_path_factory.mktemp("bench_extra")
-    collect([quick["reduce_row"]], get_target("cpu"), RecordStore(root, create=True),
-            CollectConfig(trials=4, trials_per_round=4, population=64), progress=False)
-    return [collected[0], root]
+def tiny_stores(collected, reduce_row_store):
+    return [collected[0], reduce_row_store]
 
 
 def test_dataset_build_takes_the_benchmark_shipped_beside_the_records(collected, tiny_stores, tmp_path, capsys):
