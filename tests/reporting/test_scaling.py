@@ -30,7 +30,7 @@ def test_a_point_reads_the_run_and_scores_its_attempts(tiny, tmp_path):
     p = scaling.point(run, attempts)
     model, _ = models.load(tiny[0].model_dir)
     assert p.parameters == sum(t.numel() for t in model.parameters()) and p.preset == "scratch-tiny"
-    assert p.train_workloads == 2 and p.steps == 100 and p.attempts == 6 and p.k == 2
+    assert p.train_workloads == 2 and p.steps == 160 and p.attempts == 6 and p.k == 2
     assert p.exact == {"construction": 0.25, "refinement": 0.5} and p.correct == {"construction": 0.5,
                                                                                  "refinement": 0.5}
     assert p.best_of_k == pytest.approx(2.0)  # 4x (repaired, still correct) and 1x (none correct)
@@ -60,7 +60,7 @@ def test_the_scaling_command_writes_the_points_and_the_evidence_beside_them(tiny
     assert points == [scaling.point(run, attempts), scaling.point(run, free)]
     assert [p.constrained for p in points] == [True, False] and points[0].best_of_k == pytest.approx(2.0)
     shown = capsys.readouterr().out
-    assert "| 2 | 100 | constrained | 1 |" in shown and "| 2 | 100 | unconstrained | 1 |" in shown
+    assert "| 2 | 160 | constrained | 1 |" in shown and "| 2 | 160 | unconstrained | 1 |" in shown
     assert (out / "points.md").read_text().startswith("| run") and len(scaling.figure(points).data) == 4
     evidence = out / run.name
     assert sorted(p.name for p in evidence.iterdir()) == ["counts.json", "free.jsonl", "judged.jsonl", "log.jsonl",
