@@ -22,8 +22,8 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
 def test_a_baseline_that_failed_makes_no_figure():
     """A build limit no build can meet, on the first try and on the retry: MetaSchedule's builder
     fails for real. (collect.py goes through the same `fair.baseline`, tested below without
-    TVM: a real failing run of it costs a minute, most of it TVM's tensor-intrinsic import.) One
-    candidate: each build the limit kills costs its worker, and the next build waits for another.)"""
+    TVM.) One candidate: each build the limit kills costs the builder its worker, and the next
+    try waits for another to start and import TVM's tensor intrinsics (about 15 s a try here)."""
     out = _run("evaluate.py", "--batches", "1", "--per-workload", "1", "--families", "softmax",
                "--baseline-build-timeout", "0.001", "--retry-build-timeout", "0.001")
     assert out.returncode == 1, out.stdout + out.stderr
