@@ -43,18 +43,18 @@ FAMILIES = ["matmul", "conv2d_nchw", "softmax", "layernorm"]
 
 
 def main() -> int:
+    quick = {w.family: w for w in reversed(suite("quick"))}  # first of each family
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=4)
     p.add_argument("--per-workload", type=int, default=2, help="candidates per workload and batch")
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--families", nargs="+", default=FAMILIES, choices=sorted({w.family for w in suite("quick")}),
+    p.add_argument("--families", nargs="+", default=FAMILIES, choices=sorted(quick),
                    metavar="FAMILY", help="the quick suite's families, the first workload of each")
     fair.add_arguments(p)
     args = p.parse_args()
     idle = fair.machine(args.allow_contended)
     target = get_target("cpu")
     measure = MeasureConfig()
-    quick = {w.family: w for w in reversed(suite("quick"))}  # first of each family
     workloads = [quick[f] for f in args.families]
     batches = [sample_scripts(workloads, target, per_workload=args.per_workload, seed=b) * args.repeats
                for b in range(args.batches)]

@@ -82,15 +82,15 @@ def collected(tmp_path_factory, quick):
 
 
 @pytest.fixture(scope="session")
-def reduce_row_store(tmp_path_factory, quick):
-    """A second real store: the first quick reduce_row, 8 trials in one round (once per run; the
-    family the dataset and benchmark tests hold out)."""
+def stores(collected, quick, tmp_path_factory):
+    """Two real stores: the session's matmul + softmax one, and the first quick reduce_row, 8
+    trials in one round (once per run; the family the dataset and benchmark tests hold out)."""
     def make(folder):
         collect([quick["reduce_row"]], get_target("cpu"), RecordStore(folder, create=True),
                 CollectConfig(trials=8, trials_per_round=8, population=64), progress=False)
         return str(folder)
 
-    return Path(once(tmp_path_factory, "reduce_row", make))
+    return [collected[0], Path(once(tmp_path_factory, "reduce_row", make))]
 
 
 @pytest.fixture(scope="session")
@@ -107,9 +107,8 @@ def data(collected, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny(data, tmp_path_factory):
     """scratch-tiny trained until it has learned the few examples by heart (once per run), and
-    how long that took. (The records differ from run to run, and so do the examples: 100 steps at
-    twice the preset's learning rate learned one run's 4 by heart and not another's, where these
-    160 steps learned both.)"""
+    how long that took. (The examples differ from run to run with the records: 100 steps at twice
+    the learning rate did not learn every run's.)"""
     def make(folder):
         start = time.monotonic()
         config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=160)

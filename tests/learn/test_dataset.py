@@ -30,12 +30,6 @@ HOLDOUT = "reduce_row"
 
 
 @pytest.fixture(scope="module")
-def stores(collected, reduce_row_store):
-    """The session's matmul + softmax store and its reduce_row store (the family held out below)."""
-    return [collected[0], reduce_row_store]
-
-
-@pytest.fixture(scope="module")
 def built(collected, stores, tmp_path_factory):
     """`dataset build` on both stores, with wide validation/test shares and a seed that puts the
     two workloads that are not held out into different splits."""

@@ -81,18 +81,13 @@ def _tiny_benchmark(collected, stores) -> Benchmark:
     return Benchmark("tiny", "a test", ("reduce_row",), keys, names, {3: (matmul.key,), 2: (reduce_row.key,)})
 
 
-@pytest.fixture(scope="module")
-def tiny_stores(collected, reduce_row_store):
-    return [collected[0], reduce_row_store]
-
-
-def test_dataset_build_takes_the_benchmark_shipped_beside_the_records(collected, tiny_stores, tmp_path, capsys):
-    bench = _tiny_benchmark(collected, tiny_stores)
+def test_dataset_build_takes_the_benchmark_shipped_beside_the_records(collected, stores, tmp_path, capsys):
+    bench = _tiny_benchmark(collected, stores)
     shipped = tmp_path / "corpus"
-    shutil.copytree(tiny_stores[0], shipped)
+    shutil.copytree(stores[0], shipped)
     benchmark.save(bench, shipped / "benchmark.json")
     out = tmp_path / "ds"
-    assert main(["dataset", "build", "--records", str(shipped), str(tiny_stores[1]), "--out", str(out)]) == 0
+    assert main(["dataset", "build", "--records", str(shipped), str(stores[1]), "--out", str(out)]) == 0
     assert "splits: the benchmark" in capsys.readouterr().out
     dsd = datasets.load_from_disk(str(out))
     by_split = {s: {r["workload"] for r in ds.to_list()} for s, ds in dsd.items()}
@@ -106,17 +101,17 @@ def test_dataset_build_takes_the_benchmark_shipped_beside_the_records(collected,
     assert set(datasets.load_from_disk(str(hashed))) == {"train"}
 
 
-def test_a_held_out_familys_workload_the_benchmark_does_not_list_is_never_trained_on(collected, tiny_stores,
-                                                                                    tmp_path, capsys):
+def test_a_held_out_familys_workload_the_benchmark_does_not_list_is_never_trained_on(collected, stores, tmp_path,
+                                                                                    capsys):
     """Records of more shapes than the benchmark was drawn from (another suite, design-space
     samples): a shape of a held-out family must not land in train because the benchmark does
     not name it."""
-    bench = _tiny_benchmark(collected, tiny_stores)
+    bench = _tiny_benchmark(collected, stores)
     bench = replace(bench, held_out_families=("reduce_row", "softmax"))  # softmax held out, listed nowhere
     path = tmp_path / "b.json"
     benchmark.save(bench, path)
     out = tmp_path / "ds"
-    assert main(["dataset", "build", "--records", *map(str, tiny_stores), "--out", str(out), "--benchmark",
+    assert main(["dataset", "build", "--records", *map(str, stores), "--out", str(out), "--benchmark",
                  str(path)]) == 0
     assert "held-out family, not in the benchmark" in capsys.readouterr().out
     workloads = {r["workload"] for ds in datasets.load_from_disk(str(out)).values() for r in ds.to_list()}
@@ -124,14 +119,14 @@ def test_a_held_out_familys_workload_the_benchmark_does_not_list_is_never_traine
     assert softmax.key not in workloads and matmul.key in workloads
 
 
-def test_a_benchmark_with_a_held_out_family_option_is_one_clear_error(collected, tiny_stores, tmp_path, capsys):
+def test_a_benchmark_with_a_held_out_family_option_is_one_clear_error(collected, stores, tmp_path, capsys):
     path = tmp_path / "b.json"
-    benchmark.save(_tiny_benchmark(collected, tiny_stores), path)
+    benchmark.save(_tiny_benchmark(collected, stores), path)
     out = tmp_path / "ds"
-    assert main(["dataset", "build", "--records", str(tiny_stores[0]), "--out", str(out), "--benchmark", str(path),
+    assert main(["dataset", "build", "--records", str(stores[0]), "--out", str(out), "--benchmark", str(path),
                  "--holdout-family", "softmax"]) == 2
     assert "--benchmark fixes the splits" in capsys.readouterr().err and not out.exists()
     path.write_text('{"name": "x"}')
-    assert main(["dataset", "build", "--records", str(tiny_stores[0]), "--out", str(out), "--benchmark",
+    assert main(["dataset", "build", "--records", str(stores[0]), "--out", str(out), "--benchmark",
                  str(path)]) == 2
     assert f"{path}: field 'doc'" in capsys.readouterr().err and not out.exists()
