@@ -27,7 +27,7 @@ from dragonlab.search.collect import collect
 from dragonlab.search.config import CollectConfig, MeasureConfig
 from dragonlab.search.records import MS_FAILURE_SECS, OK, RecordStore
 from dragonlab.core.targets import get_target
-from dragonlab.core.workloads import suite
+from dragonlab.core.workloads import first_of_each_family
 from dragonlab.core import tensor_intrinsics
 
 tensor_intrinsics.load()  # the one-off import that each TuneContext would pay, outside the timings
@@ -44,8 +44,8 @@ def main() -> int:
     measure = MeasureConfig()
     target = get_target("cpu")
     picks = ("matmul", "conv2d_nchw", "softmax", "batch_matmul", "layernorm", "depthwise_conv2d")
-    quick = suite("quick")
-    workloads = [next(w for w in quick if w.family == f) for f in picks][: args.workloads]
+    quick = first_of_each_family("quick")
+    workloads = [quick[f] for f in picks][: args.workloads]
     wanted = len(workloads) * args.trials
     print(f"{len(workloads)} workloads x {args.trials} trials, {args.per_round} per round, "
           f"EvaluatorConfig(number={measure.number}, repeat={measure.repeat}, "

@@ -30,7 +30,7 @@ from pathlib import Path
 from dragonlab.learn import dataset
 from dragonlab.learn.dataset_config import DatasetConfig
 from dragonlab.learn.prompts import PROMPT_FORMS, kernel_text
-from dragonlab.core.workloads import iter_suite, suite
+from dragonlab.core.workloads import first_of_each_family, iter_suite, suite
 import fair  # noqa: E402  (benchmarks/fair.py: the machine and its load first)
 
 
@@ -111,7 +111,7 @@ def main() -> None:
             from dragonlab.core.targets import get_target
 
             tmp = tempfile.TemporaryDirectory()
-            quick = {w.family: w for w in reversed(suite("quick"))}
+            quick = first_of_each_family("quick")
             picks = [quick[f] for f in ("matmul", "softmax", "conv2d_nchw")]
             print(f"no --records and no {demo}: collecting {len(picks)} quick workloads x 16 trials first", flush=True)
             collect(picks, get_target("cpu"), RecordStore(tmp.name, create=True), CollectConfig(trials=16),

@@ -36,14 +36,14 @@ from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.evaluation.fuzz import sample_scripts
 from dragonlab.search.config import MeasureConfig
 from dragonlab.core.targets import get_target
-from dragonlab.core.workloads import suite
+from dragonlab.core.workloads import first_of_each_family
 
 
 FAMILIES = ["matmul", "conv2d_nchw", "softmax", "layernorm"]
 
 
 def main() -> int:
-    quick = {w.family: w for w in reversed(suite("quick"))}  # first of each family
+    quick = first_of_each_family("quick")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=4)
     p.add_argument("--per-workload", type=int, default=2, help="candidates per workload and batch")

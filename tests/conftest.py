@@ -16,7 +16,7 @@ os.environ.setdefault("TVM_NUM_THREADS", "1")
 
 from dragonlab.cli import main
 from dragonlab.core.targets import get_target
-from dragonlab.core.workloads import suite
+from dragonlab.core.workloads import first_of_each_family
 from dragonlab.learn.sft import SFTConfig, SFTRun, train
 from dragonlab.search.collect import CollectSummary, collect
 from dragonlab.search.config import CollectConfig
@@ -56,7 +56,7 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.fixture(scope="session")
 def quick():
     """The first quick workload of each family, by family."""
-    return {w.family: w for w in reversed(suite("quick"))}  # first of each family
+    return first_of_each_family("quick")
 
 
 @pytest.fixture(scope="session")

@@ -61,7 +61,7 @@ def fuzz(args) -> int:
     import psutil
 
     from dragonlab.core.targets import get_target
-    from dragonlab.core.workloads import suite
+    from dragonlab.core.workloads import first_of_each_family
     from dragonlab.evaluation.config import EvalConfig
     from dragonlab.evaluation.evaluate import STAGES, Evaluator
     from dragonlab.evaluation.fuzz import MUTATIONS, fuzz, sample_scripts
@@ -73,7 +73,7 @@ def fuzz(args) -> int:
     if unknown:
         raise InputError(f"--mutations: unknown {', '.join(unknown)}; choose from {', '.join(MUTATIONS)}")
     target = get_target(args.target)
-    quick = {w.family: w for w in reversed(suite("quick"))}  # first of each family
+    quick = first_of_each_family("quick")
     bases = sample_scripts([quick[f] for f in ("matmul", "conv2d_nchw", "softmax", "reduce_row")],
                            target, per_workload=4, seed=args.seed)
     me = psutil.Process()

@@ -163,6 +163,15 @@ def suite(name: str, *, seed: int = 0) -> list[Workload]:
     return list(iter_suite(name, seed))
 
 
+def first_of_each_family(name: str = "quick", *, seed: int = 0) -> dict[str, Workload]:
+    """{family: its first workload in the suite}, in the order the families first appear (the
+    quick suite's smallest shapes: the examples of the tests, benchmarks and lessons)."""
+    firsts: dict[str, Workload] = {}
+    for w in iter_suite(name, seed):
+        firsts.setdefault(w.family, w)
+    return firsts
+
+
 def lookup(key_or_name: str, workloads: list[Workload]) -> Workload:
     """The workload whose key or name is `key_or_name`."""
     for w in workloads:

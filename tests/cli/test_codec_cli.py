@@ -9,13 +9,13 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from dragonlab.cli import main
 from dragonlab.core.targets import get_target
-from dragonlab.core.workloads import suite
+from dragonlab.core.workloads import first_of_each_family
 from dragonlab.evaluation import codec_check
 from dragonlab.search.explore import sample_traces
 from dragonlab.search.msdb import import_databases
 from dragonlab.search.records import RecordStore
 
-QUICK = {w.family: w for w in reversed(suite("quick"))}  # the first workload of each family
+QUICK = first_of_each_family("quick")
 SUMMARY = re.compile(r"exact: (\d+)/(\d+), chars vs as_python: (\d+\.\d\d)x, vs json: (\d+\.\d\d)x")
 
 

@@ -21,7 +21,7 @@ CPU = {"kind": "llvm", "num-cores": 2}
 
 @pytest.fixture(scope="module")
 def quick():
-    return {w.family: w for w in reversed(W.suite("quick"))}  # first workload of each family wins
+    return W.first_of_each_family("quick")
 
 
 def run(w: Workload, *inputs: np.ndarray, out_dtype: str | None = None) -> np.ndarray:
@@ -135,6 +135,12 @@ def test_paper_suite_streams_deterministically():
 def test_unknown_suite_lists_the_known_names():
     with pytest.raises(ValueError, match="quick, standard, paper"):
         W.suite("huge")
+
+
+def test_first_of_each_family_is_each_family_s_first_workload_in_suite_order(quick):
+    every = W.suite("quick")
+    assert list(quick) == list(dict.fromkeys(w.family for w in every))
+    assert all(w.key == next(v.key for v in every if v.family == family) for family, w in quick.items())
 
 
 def test_lookup_finds_by_key_or_name_and_describe_is_one_line(quick):

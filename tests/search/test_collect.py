@@ -18,13 +18,13 @@ from dragonlab.testing.cluster import free_port
 from dragonlab.cli import main
 from dragonlab.core.errors import InputError
 from dragonlab.core.targets import get_target
-from dragonlab.core.workloads import suite
+from dragonlab.core.workloads import first_of_each_family, suite
 from dragonlab.search.collect import collect, shard
 from dragonlab.search.config import CollectConfig, MeasureConfig
 from dragonlab.search.measure import RunnerUnavailableError, check_tracker
 from dragonlab.search.records import OK, TIMEOUT, RecordStore
 
-QUICK = {w.family: w for w in reversed(suite("quick"))}  # first of each family
+QUICK = first_of_each_family("quick")
 CLI = [sys.executable, "-m", "dragonlab.cli"]
 
 

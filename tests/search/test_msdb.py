@@ -8,13 +8,13 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from dragonlab.cli import main
 from dragonlab.core.errors import InputError
 from dragonlab.core.targets import get_target
-from dragonlab.core.workloads import suite
+from dragonlab.core.workloads import first_of_each_family
 from dragonlab.search.explore import sample_traces
 from dragonlab.search.measure import fast_build
 from dragonlab.search.msdb import export_database, import_databases, read_database
 from dragonlab.search.records import FAILED, OK, UNMEASURED, RecordStore
 
-QUICK = {w.family: w for w in reversed(suite("quick"))}  # first of each family
+QUICK = first_of_each_family("quick")
 
 
 @pytest.fixture(scope="module")
