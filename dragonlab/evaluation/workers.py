@@ -15,6 +15,14 @@ the child as pickles (the parent is trusted). A `sandbox` worker also hardens it
 
 A call may report progress (`progress("build")`) before it returns, so that a crash or a
 timeout can be attributed to the stage it happened in.
+
+Starting an interpreter that imports TVM costs seconds of CPU (about 3 s on a 2-core EPYC), and
+an evaluator starts several workers, again after every crash or timeout. On Linux a worker is
+therefore forked from a *zygote*: a process of its own that imported numpy and TVM once and
+runs nothing else (it never runs a call: forking it is safe). A zygote serves the workers of
+one environment while any of them is open, reaps their exits and reports them; a forked worker
+then limits and hardens itself exactly as a fresh one does. Elsewhere each worker is a fresh
+interpreter.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -128,17 +137,36 @@ class Worker:
         self._inbox = self._outbox = None
 
     def _start(self) -> None:
-        # A fresh interpreter running this module (not fork: TVM and torch hold threads and
-        # locks; not multiprocessing's spawn: it re-imports the caller's __main__ script).
+        # Forked from a zygote, or a fresh interpreter running this module (never forked from the
+        # caller: TVM and torch hold threads and locks there; not multiprocessing's spawn: it
+        # re-imports the caller's __main__ script).
         from_parent, to_child = os.pipe()  # (read end, write end)
         from_child, to_parent = os.pipe()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "dragonlab.evaluation.workers", str(from_parent), str(to_parent),
-             str(self.limits.memory_bytes or 0), "sandbox" if self.sandbox else "plain"],
-            pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL,
-            env={**os.environ, **self.env} if self.env else None)
-        os.close(from_parent)
-        os.close(to_parent)
+        try:
+            if ZYGOTES:
+                env = {**os.environ, **(self.env or {})}
+                for retry in (False, True):  # a zygote that died (killed from outside) is replaced once
+                    try:
+                        self._proc = _zygote(env, self).spawn(
+                            from_parent, to_parent, self.limits.memory_bytes or 0, self.sandbox,
+                            {k: env.get(k) for k in SET_AFTER_FORK}, self.limits.setup_sec)
+                        break
+                    except ZygoteGone as e:
+                        if retry:
+                            raise WorkerCrashed(f"no worker: its zygote is gone ({e})", None) from None
+            else:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "dragonlab.evaluation.workers", str(from_parent), str(to_parent),
+                     str(self.limits.memory_bytes or 0), "sandbox" if self.sandbox else "plain"],
+                    pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL,
+                    env={**os.environ, **self.env} if self.env else None)
+        except BaseException:
+            os.close(to_child)
+            os.close(from_child)
+            raise
+        finally:
+            os.close(from_parent)
+            os.close(to_parent)
         self._outbox = Connection(to_child, readable=False)
         self._inbox = Connection(from_child, writable=False)
 
@@ -206,10 +234,187 @@ class Worker:
 
     def close(self) -> None:
         self._kill()
+        _release(self)
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+
+# Forking from a zygote needs fork and SCM_RIGHTS, and is safe where a forked child may go on
+# running Python: Linux (macOS forbids it once some system frameworks are loaded).
+ZYGOTES = sys.platform.startswith("linux") and os.environ.get("DRAGONLAB_ZYGOTES", "1") != "0"
+
+# TVM's runtime reads these when it makes its thread pool, at a process's first parallel
+# kernel, never at import: a forked worker sets them itself, so that workers that differ only
+# in them (the evaluator's checking and timing workers) share a zygote.
+SET_AFTER_FORK = ("TVM_NUM_THREADS", "TVM_THREAD_POOL_SPIN_COUNT")
+
+LOST = 256  # the exit status of a forked worker whose zygote is gone (no real status is 256)
+
+
+class ZygoteGone(Exception):
+    pass
+
+
+class _Zygote:
+    """The parent's end of a zygote: spawn a worker, wait for one. Thread-safe."""
+
+    def __init__(self, env: dict[str, str]):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "dragonlab.evaluation.workers", "zygote", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.lock = threading.Lock()
+        self.users: set[int] = set()  # id() of the Workers that use it
+
+    def request(self, message: list, fds: tuple[int, ...] = (), timeout: float | None = None):
+        """Send `message` (JSON) and `fds`, return the zygote's answer. `timeout`: how long the
+        zygote itself may take (a wait's limit, its imports before a spawn); None: no limit."""
+        with self.lock:
+            if self.sock is None:
+                raise ZygoteGone("closed")
+            try:
+                self.sock.settimeout(None if timeout is None else timeout + 30)
+                socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
+                answer = self.sock.recv(4096)
+            except (OSError, ValueError) as e:  # a timeout too: it would answer out of turn
+                self._close()
+                raise ZygoteGone(f"{type(e).__name__}: {e}") from None
+            if not answer:
+                self._close()
+                raise ZygoteGone("it exited")
+            return json.loads(answer)
+
+    def spawn(self, from_parent: int, to_parent: int, memory_bytes: int, sandbox: bool,
+              env: dict[str, str | None], timeout: float) -> "_Forked":
+        """A worker running `_serve` on the two pipe ends (the zygote imports first: `timeout`)."""
+        pid = self.request(["spawn", memory_bytes, sandbox, env, os.getcwd()], (from_parent, to_parent), timeout)
+        return _Forked(self, pid)
+
+    def _close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        with self.lock:
+            self._close()
+
+
+class _Forked:
+    """A worker forked by a zygote, with what `Worker` uses of `subprocess.Popen`. The zygote
+    reaps it only when asked (`wait`): until then its pid cannot be reused, and `kill` is safe."""
+
+    def __init__(self, zygote: _Zygote, pid: int):
+        import psutil
+
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+        self.started = psutil.Process(pid).create_time()  # which process the pid names (see _kill_if_ours)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                code = self.zygote.request(["wait", self.pid, timeout])
+            except ZygoteGone:
+                code = LOST  # reparented to init, which reaps it: its status is lost
+                self._kill_if_ours()
+            if code is None:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            self.returncode = code
+        return self.returncode
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        if self.returncode is None and self.zygote.sock is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _kill_if_ours(self) -> None:
+        """With the zygote gone, init reaps the worker and its pid may be reused: kill the
+        process only if it is the one forked (a worker spinning in a kernel never reads EOF)."""
+        import psutil
+
+        try:
+            p = psutil.Process(self.pid)
+            if p.create_time() == self.started:
+                p.kill()
+        except psutil.Error:
+            pass
+
+
+_zygotes: dict[tuple, _Zygote] = {}
+_zygotes_lock = threading.Lock()
+
+
+def _forget_zygotes() -> None:
+    """In a child forked from a process with zygotes (a DataLoader worker): they are the
+    parent's; this process closes its copies of their sockets and nothing else."""
+    global _zygotes_lock
+    _zygotes_lock = threading.Lock()  # another thread may have held it at the fork
+    for zygote in _zygotes.values():
+        if zygote.sock is not None:
+            zygote.sock.close()
+    _zygotes.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_zygotes)
+
+
+def _key(env: dict[str, str]) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if k not in SET_AFTER_FORK))
+
+
+def _zygote(env: dict[str, str], user: Worker) -> _Zygote:
+    """The zygote of `env` (started if none is running), now used by `user`."""
+    key = _key(env)
+    with _zygotes_lock:
+        zygote = _zygotes.get(key)
+        if zygote is None or zygote.sock is None:
+            zygote = _zygotes[key] = _Zygote({k: v for k, v in env.items() if k not in SET_AFTER_FORK})
+        if id(user) not in zygote.users:
+            _release_locked(user)
+            zygote.users.add(id(user))
+        return zygote
+
+
+def _release(user: Worker) -> None:
+    """`user` no longer uses its zygote; the last user closes it."""
+    with _zygotes_lock:
+        _release_locked(user)
+
+
+def _release_locked(user: Worker) -> None:
+    for key, zygote in list(_zygotes.items()):
+        if id(user) in zygote.users:
+            zygote.users.discard(id(user))
+            if not zygote.users:
+                del _zygotes[key]
+                zygote.close()
+
+
+def zygote_pids() -> list[int]:
+    """The zygotes running now (they outlive no worker: each ends with the last of its workers)."""
+    with _zygotes_lock:
+        return [z.proc.pid for z in _zygotes.values() if z.proc.poll() is None]
 
 
 def _message(data: bytes) -> tuple[str, object]:
@@ -226,6 +431,8 @@ def _message(data: bytes) -> tuple[str, object]:
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "no exit status"
+    if code == LOST:
+        return "no exit status: the zygote that forked it is gone"
     if code < 0:
         try:
             return f"signal {signal.Signals(-code).name}"
@@ -289,9 +496,79 @@ class WorkerPool:
             w.close()
 
 
+def _zygote_main(sock: socket.socket) -> None:
+    """A zygote's loop: fork a worker for each "spawn", reap one for each "wait"; end when the
+    parent closes the socket (or exits). It runs no call itself, and is single-threaded when it
+    forks (numpy's OpenBLAS stops its threads around a fork)."""
+    import traceback
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent, as in a worker
+    import numpy  # noqa: F401  (what every worker imports, imported once)
+    import tvm  # noqa: F401
+
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+        except OSError:
+            return
+        if not data:
+            return  # the parent is gone, or closed this zygote
+        kind, *args = json.loads(data)
+        if kind == "spawn":
+            memory_bytes, sandbox, env, cwd = args
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    sock.close()
+                    os.chdir(cwd)  # where the parent is now, as a fresh worker would start
+                    sys.argv[1:] = [str(fds[0]), str(fds[1]), str(memory_bytes), "sandbox" if sandbox else "plain"]
+                    for k, v in env.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
+                    _serve(Connection(fds[0], writable=False), Connection(fds[1], readable=False), memory_bytes,
+                           sandbox)
+                except BaseException:
+                    traceback.print_exc()
+                    code = 1
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            for fd in fds:
+                os.close(fd)
+            answer = pid
+        elif kind == "wait":
+            answer = _wait(*args)
+        else:
+            return
+        sock.send(json.dumps(answer).encode())
+
+
+def _wait(pid: int, timeout: float | None) -> int | None:
+    """The exit status of the zygote's child `pid` as `Popen.returncode` gives it (-N: signal N),
+    reaping it; None if it is still running after `timeout` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+        except ChildProcessError:
+            return LOST
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+
+
 if __name__ == "__main__":
     # No worker uses torch, but TVM's FFI imports it whenever it is installed: blocked, a worker
     # starts in half the CPU time (1.7 s instead of 3.9 s) and half the memory (200 MB, not 400 MB).
     sys.modules.setdefault("torch", None)
-    _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False),
-           int(sys.argv[3]), sys.argv[4] == "sandbox")
+    if sys.argv[1] == "zygote":
+        _zygote_main(socket.socket(fileno=int(sys.argv[2])))
+    else:
+        _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False),
+               int(sys.argv[3]), sys.argv[4] == "sandbox")

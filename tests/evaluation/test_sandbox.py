@@ -255,6 +255,28 @@ def test_a_sandbox_worker_refuses_writes_and_sockets_and_keeps_answering(tmp_pat
     assert not list(tmp_path.iterdir())
 
 
+def test_a_sandbox_worker_has_every_layer_and_namespaces_of_its_own(monkeypatch):
+    """Forked from its zygote, a worker is single-threaded when it hardens: it gets a user and a
+    network namespace of its own where the machine allows them (a fresh interpreter has numpy's
+    threads by then, and its network namespace is its main thread's only)."""
+    require("seccomp")
+    from dragonlab.evaluation.workers import ZYGOTES, Worker
+    from dragonlab.testing import worker_jobs
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # worker_jobs from this checkout, whatever is installed
+    w = Worker(sandbox=True)
+    try:
+        state = w.call(worker_jobs.sandbox_state)
+    finally:
+        w.close()
+    assert state["seccomp"] == 2 and state["no_new_privs"] == 1  # 2: a filter
+    allowed = sandbox.status()
+    if allowed["netns"]:
+        assert state["netns"] != os.readlink("/proc/self/ns/net")
+    if allowed["userns"] and ZYGOTES:
+        assert state["userns"] != os.readlink("/proc/self/ns/user")
+
+
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     """Two exported TVM kernels: B = A + 1, and one whose body calls libc system("touch FILE")."""

@@ -6,6 +6,7 @@ import psutil
 import pytest
 from dragonlab.testing import worker_jobs
 
+from dragonlab.evaluation import workers
 from dragonlab.evaluation.workers import Limits, RemoteError, Worker, WorkerCrashed, WorkerPool, WorkerTimeout
 
 
@@ -104,6 +105,74 @@ def test_pool_keeps_order_and_leaks_no_process():
     pool.close()
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert after <= before
+
+
+@pytest.mark.skipif(not workers.ZYGOTES, reason="workers fork from zygotes on Linux only")
+def test_workers_fork_from_one_zygote_that_ends_with_the_last_of_them():
+    """A pool's workers (and a crashed worker's successor) are forked from one zygote, which
+    imported TVM once; closing the pool ends it."""
+    before = set(workers.zygote_pids())
+    pool = WorkerPool(2, Limits(timeout_sec=10))
+    try:
+        assert pool.map(worker_jobs.echo, [(1,), (2,)]) == [1, 2]
+        zygotes = {psutil.Process(pid).ppid() for pid in pool.pids()}
+        assert len(zygotes) == 1 and zygotes <= set(workers.zygote_pids()) - before
+        assert isinstance(pool.map(worker_jobs.crash, [()])[0], WorkerCrashed)
+        assert pool.map(worker_jobs.echo, [(3,), (4,)]) == [3, 4]
+        assert {psutil.Process(pid).ppid() for pid in pool.pids()} == zygotes
+    finally:
+        pool.close()
+    assert set(workers.zygote_pids()) == before and not any(psutil.pid_exists(pid) for pid in zygotes)
+
+
+@pytest.mark.skipif(not workers.ZYGOTES, reason="workers fork from zygotes on Linux only")
+def test_a_zygote_killed_from_outside_is_replaced_at_the_next_call():
+    import os
+    import signal
+
+    w = Worker(Limits(timeout_sec=10))
+    try:
+        assert w.call(worker_jobs.echo, 1) == 1
+        first, zygote = w.pid, psutil.Process(w.pid).ppid()
+        os.kill(zygote, signal.SIGKILL)
+        assert w.call(worker_jobs.echo, 2) == 2
+        assert w.pid != first and psutil.Process(w.pid).ppid() not in (zygote, psutil.Process().pid)
+        psutil.wait_procs([p for p in psutil.process_iter() if p.pid == first], timeout=10)
+        assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
+    finally:
+        w.close()
+
+
+@pytest.mark.skipif(not workers.ZYGOTES, reason="workers fork from zygotes on Linux only")
+def test_a_process_forked_from_the_parent_leaves_its_zygotes_alone():
+    """A child forked from a process with zygotes (a DataLoader worker) forgets them, closing
+    its copies of their sockets only; the parent's workers serve on."""
+    import os
+
+    w = Worker(Limits(timeout_sec=10))
+    try:
+        assert w.call(worker_jobs.echo, 1) == 1
+        pid = w.pid
+        child = os.fork()
+        if child == 0:
+            os._exit(0 if not workers._zygotes else 1)
+        assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+        assert w.call(worker_jobs.echo, 2) == 2 and w.pid == pid
+    finally:
+        w.close()
+
+
+def test_without_zygotes_each_worker_is_a_fresh_interpreter(monkeypatch):
+    """Where a process cannot fork safely (off Linux), or DRAGONLAB_ZYGOTES=0: Popen per worker."""
+    monkeypatch.setattr(workers, "ZYGOTES", False)
+    w = Worker(Limits(timeout_sec=10))
+    try:
+        with pytest.raises(WorkerCrashed, match="SIGSEGV"):
+            w.call(worker_jobs.crash)
+        assert w.call(worker_jobs.echo, 5) == 5
+        assert psutil.Process(w.pid).ppid() == psutil.Process().pid
+    finally:
+        w.close()
 
 
 @pytest.mark.parametrize("to", ["the process", "another thread"])
