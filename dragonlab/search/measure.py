@@ -2,9 +2,10 @@
 
 Two costs of MetaSchedule's stock `LocalBuilder` dominate small tuning runs: it starts a fresh
 process pool for every batch, and its default build function imports `tvm.s_tir.tensor_intrin`
-in each fresh worker (16-22 s). `PooledBuilder` keeps one
-pool for its lifetime and builds with `fast_build`, which skips that import: a schedule has
-already been tensorized by the time it is built, so the intrinsic registry is not needed.
+in each fresh worker (16-22 s). `PooledBuilder` keeps its workers for its lifetime (dragonlab's
+own, forked from a zygote that imported TVM once: `dragonlab.evaluation.workers`) and builds
+with `fast_build`, which skips that import: a schedule has already been tensorized by the time
+it is built, so the intrinsic registry is not needed.
 
 Every wait is bounded: a build or run that exceeds its limit becomes a result whose error says
 "Timeout", which collection retries and never stores as a schedule failure. The settings,
@@ -25,9 +26,9 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.builder.local_builder import default_export
 from tvm.s_tir.meta_schedule.runner import LocalRunner, RPCConfig, RPCRunner, RunnerInput, RunnerResult
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from dragonlab.core.errors import InputError, UnavailableError
+from dragonlab.evaluation.workers import Limits, RemoteError, WorkerError, WorkerPool, WorkerTimeout
 from dragonlab.search.config import MeasureConfig, parse_tracker
 
 
@@ -43,9 +44,8 @@ def fast_build(mod: tvm.IRModule, target: tvm.target.Target, _params=None) -> tv
     return build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
-def _build_and_export(job: tuple[tvm.IRModule, tvm.target.Target]) -> str:
+def _build_and_export(mod: tvm.IRModule, target: tvm.target.Target, *, progress) -> str:
     """Runs in a builder worker; returns the path of the exported library."""
-    mod, target = job
     return default_export(fast_build(mod, target))
 
 
@@ -56,22 +56,21 @@ class PooledBuilder(PyBuilder):
     def __init__(self, *, max_workers: int | None = None, timeout_sec: float = 30.0) -> None:
         super().__init__()
         self.timeout_sec = timeout_sec
-        self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_sec)
+        self.pool = WorkerPool(max_workers or os.cpu_count() or 1, Limits(timeout_sec=timeout_sec, memory_bytes=None))
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         results = []
-        jobs = [(b.mod, b.target) for b in build_inputs]
-        for r in self.pool.map_with_error_catching(_build_and_export, jobs):
-            if r.status == StatusKind.COMPLETE:
-                results.append(BuilderResult(r.value, None))
-            elif r.status == StatusKind.TIMEOUT:
+        for r in self.pool.map(_build_and_export, [(b.mod, b.target) for b in build_inputs]):
+            if isinstance(r, WorkerTimeout):
                 results.append(BuilderResult(None, f"Builder: Timeout, killed after {self.timeout_sec} seconds"))
+            elif isinstance(r, (WorkerError, RemoteError)):
+                results.append(BuilderResult(None, f"Builder: {r}"))
             else:
-                results.append(BuilderResult(None, f"Builder: {r.value}"))
+                results.append(BuilderResult(r, None))
         return results
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False)
+        self.pool.close()
 
 
 def check_tracker(host: str, port: int, key: str, *, timeout_sec: float = 10.0) -> int:
