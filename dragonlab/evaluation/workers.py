@@ -134,6 +134,7 @@ class Worker:
         self.sandbox = sandbox
         self.env = env
         self._proc: subprocess.Popen | None = None
+        self._zygote: _Zygote | None = None  # the one it forks from, while it uses one
         self._inbox = self._outbox = None
 
     def _start(self) -> None:
@@ -147,7 +148,8 @@ class Worker:
                 env = {**os.environ, **(self.env or {})}
                 for retry in (False, True):  # a zygote that died (killed from outside) is replaced once
                     try:
-                        self._proc = _zygote(env, self).spawn(
+                        self._zygote = _acquire(env, self._zygote)
+                        self._proc = self._zygote.spawn(
                             from_parent, to_parent, self.limits.memory_bytes or 0, self.sandbox,
                             {k: env.get(k) for k in SET_AFTER_FORK}, self.limits.setup_sec)
                         break
@@ -234,7 +236,9 @@ class Worker:
 
     def close(self) -> None:
         self._kill()
-        _release(self)
+        with _zygotes_lock:
+            _release_locked(self._zygote)
+        self._zygote = None
 
     @property
     def pid(self) -> int | None:
@@ -260,7 +264,8 @@ class ZygoteGone(Exception):
 class _Zygote:
     """The parent's end of a zygote: spawn a worker, wait for one. Thread-safe."""
 
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, key: tuple):
+        env = dict(key)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
@@ -273,7 +278,8 @@ class _Zygote:
             theirs.close()
         self.sock = ours
         self.lock = threading.Lock()
-        self.users: set[int] = set()  # id() of the Workers that use it
+        self.key = key
+        self.users = 0  # Workers that fork from it
 
     def request(self, message: list, fds: tuple[int, ...] = (), timeout: float | None = None):
         """Send `message` (JSON) and `fds`, return the zygote's answer. `timeout`: how long the
@@ -379,36 +385,29 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_zygotes)
 
 
-def _key(env: dict[str, str]) -> tuple:
-    return tuple(sorted((k, v) for k, v in env.items() if k not in SET_AFTER_FORK))
-
-
-def _zygote(env: dict[str, str], user: Worker) -> _Zygote:
-    """The zygote of `env` (started if none is running), now used by `user`."""
-    key = _key(env)
+def _acquire(env: dict[str, str], held: _Zygote | None) -> _Zygote:
+    """The running zygote of `env` (started if there is none), for a worker that used `held`
+    (released if it is another one)."""
+    key = tuple(sorted((k, v) for k, v in env.items() if k not in SET_AFTER_FORK))
     with _zygotes_lock:
         zygote = _zygotes.get(key)
-        if zygote is None or zygote.sock is None:
-            zygote = _zygotes[key] = _Zygote({k: v for k, v in env.items() if k not in SET_AFTER_FORK})
-        if id(user) not in zygote.users:
-            _release_locked(user)
-            zygote.users.add(id(user))
+        if zygote is None or zygote.sock is None:  # none yet, or gone
+            zygote = _zygotes[key] = _Zygote(key)
+        if zygote is not held:
+            zygote.users += 1
+            _release_locked(held)
         return zygote
 
 
-def _release(user: Worker) -> None:
-    """`user` no longer uses its zygote; the last user closes it."""
-    with _zygotes_lock:
-        _release_locked(user)
-
-
-def _release_locked(user: Worker) -> None:
-    for key, zygote in list(_zygotes.items()):
-        if id(user) in zygote.users:
-            zygote.users.discard(id(user))
-            if not zygote.users:
-                del _zygotes[key]
-                zygote.close()
+def _release_locked(zygote: _Zygote | None) -> None:
+    """One worker fewer forks from `zygote`; the last one closes it."""
+    if zygote is None:
+        return
+    zygote.users -= 1
+    if zygote.users == 0:
+        if _zygotes.get(zygote.key) is zygote:
+            del _zygotes[zygote.key]
+        zygote.close()
 
 
 def zygote_pids() -> list[int]:
