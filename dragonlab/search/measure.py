@@ -5,7 +5,9 @@ process pool for every batch, and its default build function imports `tvm.s_tir.
 in each fresh worker (16-22 s). `PooledBuilder` keeps its workers for its lifetime (dragonlab's
 own, forked from a zygote that imported TVM once: `dragonlab.evaluation.workers`) and builds
 with `fast_build`, which skips that import: a schedule has already been tensorized by the time
-it is built, so the intrinsic registry is not needed.
+it is built, so the intrinsic registry is not needed. `PooledRunner` times in such a worker
+too, with `LocalRunner`'s own functions: the stock runner's process imports TVM, and torch with
+it (about 6 s of CPU), once per search.
 
 Every wait is bounded: a build or run that exceeds its limit becomes a result whose error says
 "Timeout", which collection retries and never stores as a schedule failure. The settings,
@@ -14,7 +16,6 @@ Every wait is bounded: a build or run that exceeds its limit becomes a result wh
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import socket
@@ -25,7 +26,9 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.builder.local_builder import default_export
-from tvm.s_tir.meta_schedule.runner import LocalRunner, RPCConfig, RPCRunner, RunnerInput, RunnerResult
+from tvm.s_tir.meta_schedule.runner import PyRunner, RPCConfig, RPCRunner, RunnerFuture, RunnerInput, RunnerResult
+from tvm.s_tir.meta_schedule.runner.local_runner import (LocalRunnerFuture, default_alloc_argument,
+                                                         default_run_evaluator)
 
 from dragonlab.core.errors import InputError, UnavailableError
 from dragonlab.evaluation.workers import Limits, RemoteError, WorkerError, WorkerPool, WorkerTimeout
@@ -73,6 +76,43 @@ class PooledBuilder(PyBuilder):
         self.pool.close()
 
 
+def _time(artifact_path: str, device_type: str, args_info: tuple, evaluator_config, *, progress) -> list[float]:
+    """Runs in a runner worker: what `LocalRunner`'s worker does with its default functions."""
+    module = tvm.runtime.load_module(artifact_path)
+    device = tvm.runtime.device(device_type, 0)
+    args = default_alloc_argument(device, args_info, 1)
+    return default_run_evaluator(module, device, evaluator_config, args)
+
+
+@derived_object
+class PooledRunner(PyRunner):
+    """MetaSchedule's `LocalRunner` (one worker, one candidate at a time, the same timing) in a
+    worker that lives as long as the runner; `env` is set in the worker's environment."""
+
+    def __init__(self, *, timeout_sec: float, evaluator_config, env: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.timeout_sec = timeout_sec
+        self.evaluator_config = evaluator_config
+        self.pool = WorkerPool(1, Limits(timeout_sec=timeout_sec, memory_bytes=None), env=env)
+
+    def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
+        argsets = [(str(r.artifact_path), str(r.device_type), tuple(a.as_json() for a in r.args_info),
+                    self.evaluator_config) for r in runner_inputs]
+        futures = []
+        timeout = f"Runner: Timeout, killed after {self.timeout_sec} seconds"
+        for r in self.pool.map(_time, argsets, timeout_sec=self.timeout_sec):
+            if isinstance(r, WorkerTimeout):
+                futures.append(LocalRunnerFuture(error_message=timeout))
+            elif isinstance(r, (WorkerError, RemoteError)):
+                futures.append(LocalRunnerFuture(error_message=f"Runner: {r}"))
+            else:
+                futures.append(LocalRunnerFuture(res=[float(t) for t in r]))
+        return futures
+
+    def close(self) -> None:
+        self.pool.close()
+
+
 def check_tracker(host: str, port: int, key: str, *, timeout_sec: float = 10.0) -> int:
     """Number of servers registered under `key`; raises if there are none.
 
@@ -96,10 +136,9 @@ def make_runner(kind: str, config: MeasureConfig, *, tracker: str | None = None,
                 env: dict[str, str] | None = None):
     """`local` times on this machine, in a worker whose environment gets `env` (a target's
     `kernel_env`: the evaluator's workers get the same); `rpc` through TVM's tracker (remote CPUs or
-    GPUs, each server with its own environment)."""
+    GPUs, each server with its own environment). Close a local runner when done with it."""
     if kind == "local":
-        return LocalRunner(timeout_sec=config.run_timeout_sec, evaluator_config=config.evaluator(),
-                           initializer=functools.partial(_set_env, env) if env else None)
+        return PooledRunner(timeout_sec=config.run_timeout_sec, evaluator_config=config.evaluator(), env=env)
     if kind == "rpc":
         if not tracker or not key:
             raise InputError("the rpc runner needs --tracker HOST:PORT and --key KEY")
@@ -109,11 +148,6 @@ def make_runner(kind: str, config: MeasureConfig, *, tracker: str | None = None,
                         session_timeout_sec=int(config.run_timeout_sec))
         return RPCRunner(rpc_config=rpc, evaluator_config=config.evaluator(), max_workers=servers)
     raise InputError(f"unknown runner {kind!r}; use 'local' or 'rpc'")
-
-
-def _set_env(env: dict[str, str]) -> None:
-    """A runner worker's initializer (by reference: this module is importable there)."""
-    os.environ.update(env)
 
 
 def run_bounded(runner, inputs: list[RunnerInput], timeout_sec: float) -> list[RunnerResult]:
@@ -139,7 +173,8 @@ def run_bounded(runner, inputs: list[RunnerInput], timeout_sec: float) -> list[R
 
 
 class Measurer:
-    """Build, then run, a batch of candidates; retries timeouts; never waits unboundedly."""
+    """Build, then run, a batch of candidates; retries timeouts; never waits unboundedly. It
+    closes the runner it is given when it closes."""
 
     def __init__(self, config: MeasureConfig, runner, *, device_type: str = "cpu"):
         self.config = config
@@ -169,3 +204,5 @@ class Measurer:
 
     def close(self) -> None:
         self.builder.close()
+        if isinstance(self.runner, PooledRunner):
+            self.runner.close()

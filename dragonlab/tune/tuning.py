@@ -337,6 +337,7 @@ def _tune_relax(network: Network, workloads: list[Workload], spec, root: Path, t
             tmp.rename(root)
         finally:
             builder.close()
+            runner.close()
             shutil.rmtree(tmp, ignore_errors=True)
     db = ms.database.JSONDatabase(work_dir=str(root), allow_missing=False)
     target, best = spec.tvm(), {}

@@ -452,4 +452,7 @@ def test_metaschedules_runner_runs_kernels_on_the_targets_cores_too(monkeypatch)
     monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
     one_core = TargetSpec("cpu", {"kind": "llvm", "num-cores": 1})
     runner = make_runner("local", MeasureConfig(), env=one_core.kernel_env)
-    assert runner.pool.submit(worker_jobs.tvm_threads, progress=print).result() == 1
+    try:
+        assert runner.pool.map(worker_jobs.tvm_threads, [()]) == [1]
+    finally:
+        runner.close()
