@@ -6,6 +6,7 @@ import tvm.s_tir.meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from dragonlab.cli import main
+from dragonlab.core import tensor_intrinsics
 from dragonlab.core.errors import InputError
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import first_of_each_family
@@ -21,12 +22,15 @@ QUICK = first_of_each_family("quick")
 def tune_tir_db(tmp_path_factory):
     """A work dir written by plain `ms.tune_tir` (8 trials of a quick softmax on the CPU)."""
     work = tmp_path_factory.mktemp("tune_tir")
+    target = get_target("cpu").tvm()
     # fast_build only skips the per-worker tensor_intrin import, so the stock builder's 30 s
-    # limit is not hit on a busy 2-core machine; the database is MetaSchedule's own.
-    ms.tune_tir(QUICK["softmax"].mod, get_target("cpu").tvm(), work_dir=str(work), max_trials_global=8,
-                num_trials_per_iter=8, strategy=ms.search_strategy.EvolutionarySearch(population_size=64),
-                builder=ms.builder.LocalBuilder(f_build=fast_build),
-                runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=2, repeat=2)))
+    # limit is not hit on a busy 2-core machine, and `for_target` spares the TuneContext the same
+    # import (a minute or two in a process that loaded torch); the database is MetaSchedule's own.
+    with tensor_intrinsics.for_target(target):
+        ms.tune_tir(QUICK["softmax"].mod, target, work_dir=str(work), max_trials_global=8,
+                    num_trials_per_iter=8, strategy=ms.search_strategy.EvolutionarySearch(population_size=64),
+                    builder=ms.builder.LocalBuilder(f_build=fast_build),
+                    runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=2, repeat=2)))
     return work
 
 
