@@ -455,35 +455,43 @@ class WorkerPool:
         lock = threading.Lock()
         stop = threading.Event()
 
-        def drain(worker: Worker) -> None:
-            while True:
-                with lock:
-                    i = None if stop.is_set() else next(next_index, None)
-                if i is None:
-                    return
-                try:
-                    results[i] = worker.call(fn, *argsets[i], timeout_sec=timeout_sec)
-                except (WorkerError, RemoteError) as e:
-                    results[i] = e
-                if on_result:
-                    on_result(i, results[i])
+        def drain(worker: Worker, finished: threading.Event) -> None:
+            try:
+                while True:
+                    with lock:
+                        i = None if stop.is_set() else next(next_index, None)
+                    if i is None:
+                        return
+                    try:
+                        results[i] = worker.call(fn, *argsets[i], timeout_sec=timeout_sec)
+                    except (WorkerError, RemoteError) as e:
+                        results[i] = e
+                    if on_result:
+                        on_result(i, results[i])
+            finally:
+                finished.set()
 
-        threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in self.workers]
-        for t in threads:
-            t.start()
+        # Each thread says it has finished with an Event, not Thread.join: in Python 3.11 a join
+        # that Ctrl-C interrupts marks the thread it waits for as ended while it still runs.
+        finished = [threading.Event() for _ in self.workers]
+        threads = [threading.Thread(target=drain, args=(w, f), daemon=True) for w, f in zip(self.workers, finished)]
         try:
             for t in threads:
-                while t.is_alive():
-                    # Waits with a timeout: Ctrl-C may reach another thread of the process, and
-                    # the main thread only acts on it between waits.
-                    t.join(0.1)
+                t.start()
+            for f in finished:
+                # Waits with a timeout: Ctrl-C may reach another thread of the process, and the
+                # main thread only acts on it between waits.
+                while not f.wait(0.1):
+                    pass
         except BaseException:  # Ctrl-C: no call starts after it, and the ones in flight are ended
             stop.set()
-            while any(t.is_alive() for t in threads):
+            # A thread without an ident has not begun (it will see `stop` and take no call).
+            running = [f for t, f in zip(threads, finished) if t.ident is not None]
+            while not all(f.is_set() for f in running):
                 for w in self.workers:
                     w.interrupt()
-                for t in threads:
-                    t.join(0.1)
+                for f in running:
+                    f.wait(0.1)
             raise
         return results
 
