@@ -140,9 +140,9 @@ integer inputs (a gather's indices) are left out: random inputs index out of bou
 - Software: {'; '.join(versions) or 'not logged'}.
 - Search: {settings.get('trials_per_round', '?')} candidates per round, evolutionary search and XGBoost cost model
   as `tune_tir`, seed {settings.get('seed', '?')} (each workload's seed derived from it and its key).
-- Timing: MetaSchedule's LocalRunner, {measure.get('repeat', '?')} repeats of {measure.get('number', '?')} runs,
-  at least {measure.get('min_repeat_ms', '?')} ms per repeat; a build or run past {measure.get('run_timeout_sec', '?')} s
-  is a timeout, retried {measure.get('retries', '?')} times.
+- Timing: MetaSchedule's LocalRunner timing (one candidate at a time), {measure.get('repeat', '?')} repeats
+  of {measure.get('number', '?')} runs, at least {measure.get('min_repeat_ms', '?')} ms per repeat; a build or run past
+  {measure.get('run_timeout_sec', '?')} s is a timeout, retried {measure.get('retries', '?')} times.
 - Time: {len(runs)} logged runs, {wall / 3600:.2f} hours of wall time, **{core_hours:.2f} core-hours**
   (load average at the start of each run: {', '.join(f'{x:g}' for x in loads) or 'not logged'}; above the
   core count, other work shared the machine while it measured).
