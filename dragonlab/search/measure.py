@@ -52,6 +52,16 @@ def _build_and_export(mod: tvm.IRModule, target: tvm.target.Target, *, progress)
     return default_export(fast_build(mod, target))
 
 
+def _outcome(result, who: str, timeout_sec: float) -> tuple[object, str | None]:
+    """A pooled call's (value, None), or (None, the error MetaSchedule's results carry: a
+    timeout says "Timeout", which collection retries)."""
+    if isinstance(result, WorkerTimeout):
+        return None, f"{who}: Timeout, killed after {timeout_sec} seconds"
+    if isinstance(result, (WorkerError, RemoteError)):
+        return None, f"{who}: {result}"
+    return result, None
+
+
 @derived_object
 class PooledBuilder(PyBuilder):
     """A MetaSchedule builder whose worker processes live as long as the builder."""
@@ -62,15 +72,8 @@ class PooledBuilder(PyBuilder):
         self.pool = WorkerPool(max_workers or os.cpu_count() or 1, Limits(timeout_sec=timeout_sec, memory_bytes=None))
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
-        results = []
-        for r in self.pool.map(_build_and_export, [(b.mod, b.target) for b in build_inputs]):
-            if isinstance(r, WorkerTimeout):
-                results.append(BuilderResult(None, f"Builder: Timeout, killed after {self.timeout_sec} seconds"))
-            elif isinstance(r, (WorkerError, RemoteError)):
-                results.append(BuilderResult(None, f"Builder: {r}"))
-            else:
-                results.append(BuilderResult(r, None))
-        return results
+        return [BuilderResult(*_outcome(r, "Builder", self.timeout_sec))
+                for r in self.pool.map(_build_and_export, [(b.mod, b.target) for b in build_inputs])]
 
     def close(self) -> None:
         self.pool.close()
@@ -99,14 +102,9 @@ class PooledRunner(PyRunner):
         argsets = [(str(r.artifact_path), str(r.device_type), tuple(a.as_json() for a in r.args_info),
                     self.evaluator_config) for r in runner_inputs]
         futures = []
-        timeout = f"Runner: Timeout, killed after {self.timeout_sec} seconds"
         for r in self.pool.map(_time, argsets, timeout_sec=self.timeout_sec):
-            if isinstance(r, WorkerTimeout):
-                futures.append(LocalRunnerFuture(error_message=timeout))
-            elif isinstance(r, (WorkerError, RemoteError)):
-                futures.append(LocalRunnerFuture(error_message=f"Runner: {r}"))
-            else:
-                futures.append(LocalRunnerFuture(res=[float(t) for t in r]))
+            costs, error = _outcome(r, "Runner", self.timeout_sec)
+            futures.append(LocalRunnerFuture(res=None if error else [float(t) for t in costs], error_message=error))
         return futures
 
     def close(self) -> None:

@@ -19,11 +19,6 @@ from dragonlab.core.workloads import Workload, WorkloadFormatError
 CPU = {"kind": "llvm", "num-cores": 2}
 
 
-@pytest.fixture(scope="module")
-def quick():
-    return W.first_of_each_family("quick")
-
-
 def run(w: Workload, *inputs: np.ndarray, out_dtype: str | None = None) -> np.ndarray:
     """Build `w` unscheduled for the CPU and run it on `inputs`; the last argument is the output."""
     ex = tvm.compile(w.mod, target=tvm.target.Target(CPU))
