@@ -14,6 +14,8 @@ constrained decoding ask of the live schedule, never touching TVM in the caller:
 - `Replayer.sketches`: MetaSchedule's design-space sketches of the workload, as scripts.
 
 A crash or a timeout in the worker means "does not apply" (`Replayer.crashes` counts them).
+Every other answer is kept (the last `_MEMO`): the followers of one batch ask the same questions
+of the prefixes their scripts share, and only the first goes to the worker (`Replayer.asked`).
 `State` is the caller's view of one prefix's facts; `TAKES` says what kind of variable each
 argument of an instruction may name, in `State.usable`'s letters; `tile_ok` says whether a text
 begins a perfect-tile decision that TVM keeps for a loop's extent. `facts`, `counts`,
@@ -53,6 +55,7 @@ _MODULES: dict = {}  # in a worker: key -> the module's JSON, loaded afresh for 
 # (TVM can change a module in place through a schedule made from it: replay.worker_module)
 _SCHEDULES: OrderedDict = OrderedDict()  # in a worker: the last prefixes replayed, and their schedules
 _KEEP = 32
+_MEMO = 4096  # answers a Replayer keeps (a few kilobytes each)
 
 
 def _module(key: str, mod_json: str | None):
@@ -229,6 +232,11 @@ class Replayer:
     def __init__(self, limits: Limits = Limits(timeout_sec=180.0, memory_bytes=4 << 30)):
         self.worker = Worker(limits)
         self.crashes = 0
+        self.asked = 0  # questions the worker answered or refused (the memo's are not counted)
+        # question -> answer: the followers of one batch share prefixes (every sampled script of a
+        # prompt begins with the same sketch lines), and an answer depends only on the question
+        # (each replay starts from the module's JSON). A crash's None is not kept: it may be the load.
+        self._memo: OrderedDict = OrderedDict()
         self._sketches: dict = {}  # (module id, target) -> its sketches
         self._json: dict = {}
         self._pid, self._sent = None, set()  # which modules the worker holds
@@ -250,7 +258,7 @@ class Replayer:
         worker fails); asked of the worker once per module and target."""
         key = (id(mod), json.dumps(target_config, sort_keys=True))
         if key not in self._sketches:
-            found = self._call(sketches, mod, target_config)
+            found = self._ask(sketches, self._key(mod), target_config)  # kept for good, not in the memo
             if found is None:
                 return ()  # not kept: a restarted worker may answer next time
             self._sketches[key] = tuple(found)
@@ -261,13 +269,31 @@ class Replayer:
         or None: none does, or the worker died."""
         return self._call(first_applying, mod, plain, insts)
 
-    def _call(self, fn, mod, *args):
+    def _key(self, mod) -> str:
         key = str(id(mod))
         if key not in self._json:
             self._json[key] = (mod, module_json(mod))  # the module is kept so its id stays unique
+        return key
+
+    def _call(self, fn, mod, *args):
+        key = self._key(mod)
+        question = (fn.__name__, key, json.dumps(args))
+        if question in self._memo:
+            self._memo.move_to_end(question)
+            return self._memo[question]
+        crashes = self.crashes
+        answer = self._ask(fn, key, *args)
+        if self.crashes == crashes:
+            self._memo[question] = answer
+            if len(self._memo) > _MEMO:
+                self._memo.popitem(last=False)
+        return answer
+
+    def _ask(self, fn, key: str, *args):
         pid = self.worker.pid
         if pid != self._pid:  # a fresh worker (or a restarted one) has no modules yet
             self._pid, self._sent = pid, set()
+        self.asked += 1
         try:
             result = self.worker.call(fn, key, None if key in self._sent else self._json[key][1], *args)
             self._sent.add(key)
@@ -275,7 +301,7 @@ class Replayer:
         except RemoteError as e:
             if "is not loaded" in str(e):  # the worker was restarted between the calls
                 self._pid = None
-                return self._call(fn, mod, *args)
+                return self._ask(fn, key, *args)
             return None  # TVM refused the script: it does not apply
         except WorkerError:
             self.crashes += 1

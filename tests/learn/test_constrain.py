@@ -193,6 +193,35 @@ def test_the_look_ahead_finds_the_first_candidate_that_applies_in_the_order_give
     assert replayer.first_applying(mod, prefix, [line["par l2"], line["fuse l8 l7"]]) is None
 
 
+def test_the_worker_is_asked_once_per_question_and_a_crash_is_asked_again(monkeypatch):
+    """Followers sharing a replayer share its answers: a second script with the first's lines
+    asks the worker nothing. A crash's "does not apply" is not kept: the next ask goes through."""
+    from dragonlab.evaluation.workers import WorkerError
+
+    mod, replayer = trace_corpus.matmul(64), Replayer()
+    try:
+        first = ScriptFollower(mod, replayer, sketches=False)
+        assert feed(first, MATMUL_PREFIX) is None and replayer.asked > 0
+        asked = replayer.asked
+        second = ScriptFollower(mod, replayer, sketches=False)
+        assert feed(second, MATMUL_PREFIX) is None and replayer.asked == asked
+        assert second.state.facts == first.state.facts
+
+        call, crashed = replayer.worker.call, []
+        def crash_once(*args):
+            if not crashed:
+                crashed.append(args)
+                raise WorkerError("killed", None)
+            return call(*args)
+        monkeypatch.setattr(replayer.worker, "call", crash_once)
+        prefix = codec.decode(MATMUL_PREFIX + "\npar l7")
+        assert replayer.facts(mod, prefix) is None and replayer.crashes == 1
+        assert replayer.facts(mod, prefix) is not None and replayer.asked == asked + 2
+        assert replayer.facts(mod, prefix) is not None and replayer.asked == asked + 2
+    finally:
+        replayer.close()
+
+
 def test_an_llvm_design_part_tiles_and_splits_as_metaschedule_does():
     """2 or 4 factors, and right after a tile, its loop's split by exactly those factors, as the
     codec writes it; no split anywhere else (post-processing aside)."""
