@@ -359,7 +359,7 @@ def trainer_arguments(config: RLConfig, checkpoints: Path, *, processes: int | N
                                                 processes),
         num_generations=group, max_completion_length=config.max_completion_length, temperature=config.temperature,
         beta=config.beta, logging_steps=config.logging_steps, save_steps=config.save_steps, save_total_limit=2,
-        use_cpu=not torch.cuda.is_available(), bf16=False, gradient_checkpointing=False,
+        use_cpu=not torch.cuda.is_available(), bf16=False, activation_checkpointing=False,
         use_vllm=config.generation == "vllm", vllm_mode="colocate", report_to="none", seed=config.seed,
         dataloader_num_workers=0, disable_tqdm=not progress, lr_scheduler_type="constant_with_warmup",
         warmup_steps=0.05)

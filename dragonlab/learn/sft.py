@@ -224,7 +224,7 @@ def trainer_arguments(config: SFTConfig, checkpoints: Path, *, defaults=None, pr
         train_sampling_strategy=config.sampling or getattr(defaults, "sampling", None) or "random",
         warmup_steps=config.warmup_ratio,
         weight_decay=config.weight_decay, logging_steps=config.logging_steps, save_steps=config.save_steps,
-        save_total_limit=2, max_length=config.max_length, completion_only_loss=True, gradient_checkpointing=False,
+        save_total_limit=2, max_length=config.max_length, completion_only_loss=True, activation_checkpointing=False,
         use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none", seed=config.seed,
         dataloader_num_workers=0, disable_tqdm=not progress, save_only_model=False)
 

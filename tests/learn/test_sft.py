@@ -176,3 +176,19 @@ def test_batches_are_drawn_as_the_config_or_else_the_preset_says(tmp_path):
     assert strategy(SFTConfig(sampling="group_by_length"), "scratch-small") == "group_by_length"
     assert strategy(SFTConfig(sampling="random"), "scratch-base") == "random"
     assert strategy(SFTConfig(), "scratch-base") == "group_by_length"
+
+
+def test_both_trainers_recompute_no_activations_and_use_no_deprecated_argument(tmp_path):
+    """trl turns activation checkpointing on by default; on these models it costs a third of the
+    speed. Off, by transformers' current name (the old one warns that v6 removes it)."""
+    import warnings
+
+    from dragonlab.learn import rl, sft
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        arguments = [sft.trainer_arguments(SFTConfig(), tmp_path, defaults=models.PRESETS["scratch-tiny"],
+                                           progress=False),
+                     rl.trainer_arguments(rl.RLConfig(), tmp_path, processes=1, progress=False)]
+    for args in arguments:
+        assert args.activation_checkpointing is False and args.gradient_checkpointing is False
