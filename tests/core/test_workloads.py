@@ -165,6 +165,20 @@ def test_json_round_trip_holds_for_sampled_workloads(family, seed):
     _assert_same_workload(Workload.from_json(json.loads(json.dumps(w.to_json()))), w)
 
 
+def test_a_graph_another_tvm_wrote_goes_through_tvms_upgrader_and_this_one_s_does_not(quick, monkeypatch):
+    read = []
+    monkeypatch.setattr(tvm.ir, "load_json", lambda text, load=tvm.ir.load_json: read.append(text) or load(text))
+    d = quick["conv2d_nhwc"].to_json()
+    _assert_same_workload(Workload.from_json(d), quick["conv2d_nhwc"])
+    assert read == []
+    graph = json.loads(d["mod"])
+    graph["metadata"]["tvm_version"] = "0.24.0"
+    _assert_same_workload(Workload.from_json({**d, "mod": json.dumps(graph)}), quick["conv2d_nhwc"])
+    assert len(read) == 1
+    with pytest.raises(WorkloadFormatError, match="'mod'"):
+        Workload.from_json({**d, "mod": "[1, 2]"})
+
+
 @pytest.mark.parametrize("field", ["name", "family", "params", "dtype", "flops", "mod"])
 def test_from_json_names_the_missing_field(field, quick):
     d = quick["matmul"].to_json()
