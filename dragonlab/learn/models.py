@@ -295,6 +295,9 @@ def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: f
         torch.manual_seed(seed)
     tokenizer.padding_side = "left"  # decoder-only: new tokens follow the prompt directly
     sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if temperature > 0 else dict(do_sample=False)
+    # A key/value cache allocated once per batch, where the model supports one, instead of one
+    # that `torch.cat` grows at every token: the same tokens (checked greedy and sampled), faster.
+    cache = dict(cache_implementation="static") if getattr(model, "_can_compile_fullgraph", False) else {}
     per_batch = max(1, batch_size // n)
     out: list[list[str]] = []
     was_training = model.training
@@ -314,7 +317,7 @@ def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: f
             tokens = model.generate(**enc, max_new_tokens=limit, num_return_sequences=n,
                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                     logits_processor=LogitsProcessorList([constraint] if constraint else []),
-                                    **sampling)
+                                    **sampling, **cache)
             completions = tokens[:, enc["input_ids"].shape[1]:]
             texts = constraint.finish(completions) if constraint is not None else \
                 tokenizer.batch_decode(completions, skip_special_tokens=True)

@@ -47,6 +47,27 @@ def test_generate_returns_n_samples_per_prompt_within_the_context(tiny, data):
     assert all(isinstance(s, str) for x in out for s in x)
 
 
+def test_generation_keeps_a_static_cache_and_writes_what_the_growing_one_writes(tiny, data, monkeypatch):
+    import torch
+
+    model, tokenizer = models.load(tiny[0].model_dir)
+    prompts = dataset.load(data)[0]["train"]["prompt"][:2]
+    kept, generate = [], model.generate
+    monkeypatch.setattr(model, "generate", lambda **kw: kept.append(kw.get("cache_implementation")) or generate(**kw))
+    for temperature in (0, 0.8):
+        ours = models.generate(model, tokenizer, prompts, n=1, temperature=temperature, max_new_tokens=64, seed=0)
+        torch.manual_seed(0)
+        enc = tokenizer(prompts, return_tensors="pt", padding=True)
+        with torch.inference_mode():
+            plain = generate(**enc, max_new_tokens=64, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id,
+                             **(dict(do_sample=True, temperature=temperature) if temperature else
+                                dict(do_sample=False)))  # (the saved generation config samples)
+        assert ours == [[t] for t in tokenizer.batch_decode(plain[:, enc["input_ids"].shape[1]:],
+                                                              skip_special_tokens=True)]
+    assert kept == ["static", "static"]
+
+
 def test_attempts_are_judged_appended_and_resumed(tiny, data, tmp_path):
     model, tokenizer = models.load(tiny[0].model_dir)
     dsd, workloads = dataset.load(data)
