@@ -208,11 +208,13 @@ def test_the_worker_is_asked_once_per_question_and_a_crash_is_asked_again(monkey
         assert second.state.facts == first.state.facts
 
         call, crashed = replayer.worker.call, []
+
         def crash_once(*args):
             if not crashed:
                 crashed.append(args)
                 raise WorkerError("killed", None)
             return call(*args)
+
         monkeypatch.setattr(replayer.worker, "call", crash_once)
         prefix = codec.decode(MATMUL_PREFIX + "\npar l7")
         assert replayer.facts(mod, prefix) is None and replayer.crashes == 1
