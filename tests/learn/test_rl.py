@@ -40,11 +40,16 @@ def test_shaped_reward_judges_each_script_and_logs_the_components(data):
     assert set(logged) >= {"dragonlab/exact", "dragonlab/mean_bonus"}
 
 
-def test_grpo_from_the_tiny_sft_model_logs_rewards_and_resumes(tiny, data, tmp_path):
+def test_grpo_from_the_tiny_sft_model_logs_rewards_and_resumes(tiny, data, tmp_path, monkeypatch):
+    from transformers.generation.utils import GenerationMixin
+
+    static, prepare = [], GenerationMixin._prepare_static_cache  # rollouts keep models.generate's cache
+    monkeypatch.setattr(GenerationMixin, "_prepare_static_cache",
+                        lambda self, *a, **k: static.append(True) or prepare(self, *a, **k))
     config = RLConfig(max_steps=2, num_generations=2, prompts_per_step=1, save_steps=1, max_completion_length=384)
     with Evaluator("cpu") as evaluator:
         run = train(tiny[0].out, data, tmp_path / "rl", config, progress=False, evaluator=evaluator)
-        assert run.steps == 2 and (run.model_dir / "config.json").is_file()
+        assert run.steps == 2 and (run.model_dir / "config.json").is_file() and len(static) == 2
         steps = [d for d in run.log if "reward" in d]
         assert [d["step"] for d in steps] == [1, 2]
         for d in steps:
