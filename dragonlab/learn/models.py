@@ -282,6 +282,13 @@ def load(path: str | Path, *, trainable: bool = False):
     return model.train(trainable), tokenizer
 
 
+def cache_implementation(model) -> str | None:
+    """The key/value cache generation keeps: "static", allocated once per batch, where the model
+    supports one, instead of transformers' default, which `torch.cat` grows at every token. The same
+    tokens, faster (docs/sft.md); None leaves the default."""
+    return "static" if getattr(model, "_can_compile_fullgraph", False) else None
+
+
 def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
              max_new_tokens: int = 512, batch_size: int = 8, seed: int | None = None,
              progress: bool = False, constraint=None) -> list[list[str]]:
@@ -296,9 +303,6 @@ def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: f
         torch.manual_seed(seed)
     tokenizer.padding_side = "left"  # decoder-only: new tokens follow the prompt directly
     sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if temperature > 0 else dict(do_sample=False)
-    # A key/value cache allocated once per batch, where the model supports one, instead of one
-    # that `torch.cat` grows at every token: the same tokens (checked greedy and sampled), faster.
-    cache = dict(cache_implementation="static") if getattr(model, "_can_compile_fullgraph", False) else {}
     per_batch = max(1, batch_size // n)
     out: list[list[str]] = []
     was_training = model.training
@@ -318,7 +322,7 @@ def generate(model, tokenizer, prompts: list[str], *, n: int = 1, temperature: f
             tokens = model.generate(**enc, max_new_tokens=limit, num_return_sequences=n,
                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                     logits_processor=LogitsProcessorList([constraint] if constraint else []),
-                                    **sampling, **cache)
+                                    cache_implementation=cache_implementation(model), **sampling)
             completions = tokens[:, enc["input_ids"].shape[1]:]
             texts = constraint.finish(completions) if constraint is not None else \
                 tokenizer.batch_decode(completions, skip_special_tokens=True)

@@ -319,8 +319,7 @@ def train(sft_dir: str | os.PathLike, data: str | os.PathLike, out: str | os.Pat
     with main_first():
         resume = last_complete_checkpoint(checkpoints)
     args = trainer_arguments(config, checkpoints, progress=progress)
-    if getattr(model, "_can_compile_fullgraph", False):  # rollouts with models.generate's cache: same tokens, faster
-        args.cache_implementation = "static"
+    args.cache_implementation = models.cache_implementation(model)  # rollouts as models.generate writes them
 
     own = evaluator is None
     evaluator = evaluator or Evaluator(target, EvalConfig(workers=config.workers, runner=config.runner,

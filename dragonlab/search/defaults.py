@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dragonlab.core.codec import encode
 from dragonlab.core.targets import TargetSpec, get_target
+from dragonlab.core.workload import load_module
 from dragonlab.core.workloads import Workload
 
 # Rule names in the order TVM tries them (module attributes of tvm.s_tir.dlight.cpu / .gpu).
@@ -69,7 +70,7 @@ def _first_schedule(workload: Workload, target: str | TargetSpec):
         # original intact; ApplyDefaultSchedule itself does not. The copy has no "target"
         # attribute (ApplyDefaultSchedule would read one), so the result stays structurally
         # equal to the trace replayed on the workload's own module.
-        func = tvm.ir.load_json(tvm.ir.save_json(workload.mod))["main"]
+        func = load_module(tvm.ir.save_json(workload.mod))["main"]
         # Inside the target's context, as in the relax pipeline; the cpu and cuda rules read
         # only the target they are given, so this is a precaution, not a requirement.
         with tvm_target:
