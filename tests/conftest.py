@@ -111,7 +111,10 @@ def tiny(data, tmp_path_factory):
     the learning rate did not learn every run's.)"""
     def make(folder):
         start = time.monotonic()
-        config = SFTConfig(preset="scratch-tiny", batch_size=4, logging_steps=5, save_steps=1000, max_steps=160)
+        # One example per forward pass (4 accumulated a step): unpadded, the 247-682-token examples
+        # trained in 82 s instead of 123 s (alone on the 2-core EPYC), to the same losses.
+        config = SFTConfig(preset="scratch-tiny", batch_size=4, micro_batch_size=1, logging_steps=5, save_steps=1000,
+                           max_steps=160)
         run = train(data, folder / "run", config, progress=False)
         return {**dataclasses.asdict(run), "out": str(run.out), "model_dir": str(run.model_dir)}, \
             time.monotonic() - start

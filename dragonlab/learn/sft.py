@@ -55,6 +55,10 @@ class SFTConfig:
                                                                 "range": "> 0"})
     batch_size: int | None = field(default=None, metadata={"help": "examples per optimizer step, over all "
                                                                    "processes; None = the preset's", "range": "> 0"})
+    micro_batch_size: int | None = field(default=None, metadata={
+        "help": "examples per forward pass in each process, gradients accumulated over the rest of its share "
+                "of the batch (the same step); None = the whole share. Padding is computed like any token: "
+                "examples of mixed lengths train faster a few at a time", "range": "> 0"})
     train_workloads: int | None = field(default=None, metadata={
         "help": "train on the examples of this many train workloads, families taken in turn (a point of the "
                 "scaling curve; docs/sft.md); None = all", "range": "> 0"})
@@ -217,9 +221,14 @@ def trainer_arguments(config: SFTConfig, checkpoints: Path, *, defaults=None, pr
             raise InputError(f"SFTConfig.{name} is needed: neither the config nor a preset gives it")
         return value
 
+    share = per_process(pick("batch_size"), "batch_size", processes)
+    micro = config.micro_batch_size or share
+    if share % micro:
+        raise InputError(f"SFTConfig.micro_batch_size {micro} does not divide the {share} examples of each "
+                         f"process's batch (batch_size {pick('batch_size')})")
     return trl.SFTConfig(
         output_dir=str(checkpoints), max_steps=pick("max_steps"),
-        per_device_train_batch_size=per_process(pick("batch_size"), "batch_size", processes),
+        per_device_train_batch_size=micro, gradient_accumulation_steps=share // micro,
         learning_rate=pick("learning_rate"), lr_scheduler_type="cosine",
         train_sampling_strategy=config.sampling or getattr(defaults, "sampling", None) or "random",
         warmup_steps=config.warmup_ratio,

@@ -10,8 +10,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from dragonlab.cli import main
 from dragonlab.core import codec
+from dragonlab.core.errors import InputError
 from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.learn import dataset, models
 from dragonlab.learn.attempts import Attempt, read_attempts, sample_and_evaluate, summary
@@ -213,3 +216,21 @@ def test_both_trainers_recompute_no_activations_and_use_no_deprecated_argument(t
                      rl.trainer_arguments(rl.RLConfig(), tmp_path, processes=1, progress=False)]
     for args in arguments:
         assert args.activation_checkpointing is False and args.gradient_checkpointing is False
+
+
+def test_a_micro_batch_accumulates_to_the_batch_and_must_divide_each_processs_share(tmp_path):
+    """`micro_batch_size` examples per forward pass, gradients accumulated to the same step: the
+    optimizer still sees `batch_size` examples over all processes."""
+    from dragonlab.learn import sft
+
+    tiny = models.PRESETS["scratch-tiny"]
+    args = sft.trainer_arguments(SFTConfig(batch_size=8, micro_batch_size=2), tmp_path, defaults=tiny, processes=2,
+                                 progress=False)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, 2)
+    args = sft.trainer_arguments(SFTConfig(batch_size=8), tmp_path, defaults=tiny, processes=1, progress=False)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (8, 1)
+    with pytest.raises(InputError, match="micro_batch_size 3 does not divide the 4 examples of each process's batch"):
+        sft.trainer_arguments(SFTConfig(batch_size=8, micro_batch_size=3), tmp_path, defaults=tiny, processes=2,
+                              progress=False)
+    with pytest.raises(InputError, match="micro_batch_size"):
+        SFTConfig(micro_batch_size=0)

@@ -171,8 +171,8 @@ def _sft_args_check(c: Campaign, _) -> Check:
     with tempfile.TemporaryDirectory() as out:  # never written: TrainingArguments creates nothing
         args = trainer_arguments(s, Path(out), processes=c.sft.processes, progress=False)
     return Check("sft trainer arguments", True, f"trl.SFTConfig parses: {s.max_steps:,} steps of {s.batch_size} "
-                                                f"examples, {args.per_device_train_batch_size} per process on "
-                                                f"{c.sft.processes}")
+                                                f"examples, {args.per_device_train_batch_size * args.gradient_accumulation_steps} per "
+                                                f"process on {c.sft.processes}")
 
 
 def _rl_args_check(c: Campaign, _) -> Check:
