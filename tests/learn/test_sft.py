@@ -95,7 +95,8 @@ def test_attempts_are_judged_appended_and_resumed(tiny, data, tmp_path):
 def test_sft_resumes_from_the_last_checkpoint_after_a_kill(data, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "dragonlab.cli", "sft", "--preset", "scratch-tiny", "--data", str(data),
-           "--out", str(out), "--max-steps", "40", "--save-steps", "10", "--batch-size", "2"]
+           "--out", str(out), "--max-steps", "40", "--save-steps", "10", "--batch-size", "2",
+           "--micro-batch-size", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -170,9 +170,10 @@ def _sft_args_check(c: Campaign, _) -> Check:
     s = sft_config(c)
     with tempfile.TemporaryDirectory() as out:  # never written: TrainingArguments creates nothing
         args = trainer_arguments(s, Path(out), processes=c.sft.processes, progress=False)
+    micro, accumulated = args.per_device_train_batch_size, args.gradient_accumulation_steps
     return Check("sft trainer arguments", True, f"trl.SFTConfig parses: {s.max_steps:,} steps of {s.batch_size} "
-                                                f"examples, {args.per_device_train_batch_size * args.gradient_accumulation_steps} per "
-                                                f"process on {c.sft.processes}")
+                                                f"examples, {micro * accumulated} per process on {c.sft.processes}"
+                                                + (f" ({accumulated} micro-batches of {micro})" if accumulated > 1 else ""))
 
 
 def _rl_args_check(c: Campaign, _) -> Check:
