@@ -20,8 +20,9 @@ Starting an interpreter that imports TVM costs seconds of CPU (about 3 s on a 2-
 an evaluator starts several workers, again after every crash or timeout. On Linux a worker is
 therefore forked from a *zygote*: a process of its own that imported numpy and TVM once and
 runs nothing else (it never runs a call: forking it is safe). A zygote serves the workers of
-one environment while any of them is open, reaps their exits and reports them; a forked worker
-then limits and hardens itself exactly as a fresh one does. Elsewhere each worker is a fresh
+one environment while any of them is open, and for `LINGER_SEC` after the last one closed (the
+next evaluator forks from it); it reaps their exits and reports them; a forked worker then
+limits and hardens itself exactly as a fresh one does. Elsewhere each worker is a fresh
 interpreter.
 """
 
@@ -256,6 +257,11 @@ SET_AFTER_FORK = ("TVM_NUM_THREADS", "TVM_THREAD_POOL_SPIN_COUNT")
 
 LOST = 256  # the exit status of a forked worker whose zygote is gone (no real status is 256)
 
+# How long a zygote with no worker left waits for another (its TVM import is 1.6 s of CPU on a
+# 2-core EPYC): a notebook judging one script after another, or the test suite's ~80 evaluators
+# in turn, fork from one zygote instead of starting one each. 0: it ends with its last worker.
+LINGER_SEC = 60.0
+
 
 class ZygoteGone(Exception):
     pass
@@ -280,6 +286,7 @@ class _Zygote:
         self.lock = threading.Lock()
         self.key = key
         self.users = 0  # Workers that fork from it
+        self.idle_since = time.monotonic()  # when the last of them closed
 
     def request(self, message: list, fds: tuple[int, ...] = (), timeout: float | None = None):
         """Send `message` (JSON) and `fds`, return the zygote's answer. `timeout`: how long the
@@ -400,18 +407,38 @@ def _acquire(env: dict[str, str], held: _Zygote | None) -> _Zygote:
 
 
 def _release_locked(zygote: _Zygote | None) -> None:
-    """One worker fewer forks from `zygote`; the last one closes it."""
+    """One worker fewer forks from `zygote`; after the last one it waits `LINGER_SEC` for a
+    worker of the same environment (the next evaluator of a notebook or a test run), then ends."""
     if zygote is None:
         return
     zygote.users -= 1
     if zygote.users == 0:
-        if _zygotes.get(zygote.key) is zygote:
-            del _zygotes[zygote.key]
-        zygote.close()
+        zygote.idle_since = time.monotonic()
+        if LINGER_SEC > 0 and _zygotes.get(zygote.key) is zygote and zygote.sock is not None:
+            timer = threading.Timer(LINGER_SEC, _end_idle_zygotes)
+            timer.daemon = True  # the process may exit meanwhile: the zygote then ends with it
+            timer.start()
+        else:
+            _end_locked(zygote)
+
+
+def _end_locked(zygote: _Zygote) -> None:
+    if _zygotes.get(zygote.key) is zygote:
+        del _zygotes[zygote.key]
+    zygote.close()
+
+
+def _end_idle_zygotes() -> None:
+    """End the zygotes that have had no worker for `LINGER_SEC`."""
+    with _zygotes_lock:
+        now = time.monotonic()
+        for zygote in list(_zygotes.values()):
+            if zygote.users == 0 and now - zygote.idle_since >= LINGER_SEC * 0.99:
+                _end_locked(zygote)
 
 
 def zygote_pids() -> list[int]:
-    """The zygotes running now (they outlive no worker: each ends with the last of its workers)."""
+    """The zygotes running now: each ends `LINGER_SEC` after the last of its workers."""
     with _zygotes_lock:
         return [z.proc.pid for z in _zygotes.values() if z.proc.poll() is None]
 

@@ -20,7 +20,7 @@ import pytest
 
 from dragonlab.core import codec
 from dragonlab.core.targets import get_target
-from dragonlab.evaluation import fuzz, redteam
+from dragonlab.evaluation import fuzz, redteam, workers
 from dragonlab.evaluation.config import EvalConfig
 from dragonlab.evaluation.evaluate import Evaluation, Evaluator
 from dragonlab.evaluation.fuzz import MUTATIONS, FuzzReport
@@ -344,7 +344,8 @@ def test_red_team_on_a_real_evaluator_is_refused_and_leaves_nothing_behind(matmu
     with Evaluator("cpu", EvalConfig(workers=1, time=False, timeout_sec=60)) as ev:
         report = fuzz.fuzz(30, 7, ev, bases, progress=False, mutations=RED_TEAM)
     time.sleep(0.5)
-    leaked = [p for p in me.children(recursive=True) if p.pid not in before and p.is_running()
+    zygotes = set(workers.zygote_pids())  # waiting for the next evaluator: not workers
+    leaked = [p for p in me.children(recursive=True) if p.pid not in before | zygotes and p.is_running()
               and p.status() != psutil.STATUS_ZOMBIE]
     assert report.evaluated == 30 and report.host_crashes == 0, report.crashes
     assert not report.marker_touched, f"injected code ran: {redteam.MARKER} exists"

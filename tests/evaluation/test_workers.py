@@ -1,5 +1,6 @@
 """Worker processes: hard timeouts, crash reports with the stage, memory limits, no leaks."""
 
+import time
 from pathlib import Path
 
 import psutil
@@ -103,26 +104,50 @@ def test_pool_keeps_order_and_leaks_no_process():
     assert results == [0.2, 0.1, 0.0]
     assert isinstance(pool.map(worker_jobs.crash, [()])[0], WorkerCrashed)
     pool.close()
-    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    after = {p.pid for p in psutil.Process().children(recursive=True)} - set(workers.zygote_pids())
     assert after <= before
 
 
 @pytest.mark.skipif(not workers.ZYGOTES, reason="workers fork from zygotes on Linux only")
-def test_workers_fork_from_one_zygote_that_ends_with_the_last_of_them():
+def test_workers_fork_from_one_zygote_that_serves_the_next_pool_and_then_ends(monkeypatch):
     """A pool's workers (and a crashed worker's successor) are forked from one zygote, which
-    imported TVM once; closing the pool ends it."""
-    before = set(workers.zygote_pids())
-    pool = WorkerPool(2, Limits(timeout_sec=10))
+    imported TVM once. After the last of them it waits LINGER_SEC for a worker of the same
+    environment (the next pool forks from it), then ends; with no linger it ends at once."""
+    monkeypatch.setattr(workers, "LINGER_SEC", 3.0)
+    env = {"DRAGONLAB_TEST_ENV": f"{time.time()}"}  # an environment no other test's zygote has
+
+    def zygotes_of(pool):
+        return {psutil.Process(pid).ppid() for pid in pool.pids()}
+
+    pool = WorkerPool(2, Limits(timeout_sec=10), env=env)
     try:
         assert pool.map(worker_jobs.echo, [(1,), (2,)]) == [1, 2]
-        zygotes = {psutil.Process(pid).ppid() for pid in pool.pids()}
-        assert len(zygotes) == 1 and zygotes <= set(workers.zygote_pids()) - before
+        zygotes = zygotes_of(pool)
+        assert len(zygotes) == 1 and zygotes <= set(workers.zygote_pids())
         assert isinstance(pool.map(worker_jobs.crash, [()])[0], WorkerCrashed)
         assert pool.map(worker_jobs.echo, [(3,), (4,)]) == [3, 4]
-        assert {psutil.Process(pid).ppid() for pid in pool.pids()} == zygotes
+        assert zygotes_of(pool) == zygotes
     finally:
         pool.close()
-    assert set(workers.zygote_pids()) == before and not any(psutil.pid_exists(pid) for pid in zygotes)
+    assert zygotes <= set(workers.zygote_pids())  # waiting for the next pool
+    pool = WorkerPool(1, Limits(timeout_sec=10), env=env)
+    try:
+        assert pool.map(worker_jobs.echo, [(5,)]) == [5] and zygotes_of(pool) == zygotes
+    finally:
+        pool.close()
+    deadline = time.monotonic() + 3.0 + 10
+    while zygotes <= set(workers.zygote_pids()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not zygotes & set(workers.zygote_pids()) and not any(psutil.pid_exists(pid) for pid in zygotes)
+
+    monkeypatch.setattr(workers, "LINGER_SEC", 0.0)
+    pool = WorkerPool(1, Limits(timeout_sec=10), env=env)
+    try:
+        assert pool.map(worker_jobs.echo, [(6,)]) == [6]
+        zygotes = zygotes_of(pool)
+    finally:
+        pool.close()
+    assert not zygotes & set(workers.zygote_pids()) and not any(psutil.pid_exists(pid) for pid in zygotes)
 
 
 @pytest.mark.skipif(not workers.ZYGOTES, reason="workers fork from zygotes on Linux only")
@@ -203,7 +228,7 @@ def test_ctrl_c_during_map_stops_it_and_starts_no_more_calls(to, tmp_path):
         signal.signal(signal.SIGINT, previous)
         pool.close()
     time.sleep(2)  # long enough for a call started after the interrupt to finish
-    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    after = {p.pid for p in psutil.Process().children(recursive=True)} - set(workers.zygote_pids())
     assert after <= before  # the call in flight was ended with its worker, and none was started
     assert not marks.exists()  # no call ran to its end: not the one in flight, not the next ones
 
