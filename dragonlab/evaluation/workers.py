@@ -252,8 +252,9 @@ ZYGOTES = sys.platform.startswith("linux") and os.environ.get("DRAGONLAB_ZYGOTES
 
 # TVM's runtime reads these when it makes its thread pool, at a process's first parallel
 # kernel, never at import: a forked worker sets them itself, so that workers that differ only
-# in them (the evaluator's checking and timing workers) share a zygote.
-SET_AFTER_FORK = ("TVM_NUM_THREADS", "TVM_THREAD_POOL_SPIN_COUNT")
+# in them (the evaluator's checking and timing workers) share a zygote. pytest names the
+# running test in the last one: evaluators of successive tests share a zygote too.
+SET_AFTER_FORK = ("TVM_NUM_THREADS", "TVM_THREAD_POOL_SPIN_COUNT", "PYTEST_CURRENT_TEST")
 
 LOST = 256  # the exit status of a forked worker whose zygote is gone (no real status is 256)
 
