@@ -86,8 +86,9 @@ def _attempts(args, name: str, path: Path, evaluator, dsd, workloads, splits: li
 
 def add_report(sub, name: str, help: str):
     from dragonlab.reporting.config import ReportConfig
+    from dragonlab.search.config import MeasureConfig
 
-    c = command(sub, name, help, configs=[ReportConfig],
+    c = command(sub, name, help, configs=[ReportConfig, MeasureConfig],
                 description="On the held-out prompts of RUN/dataset: k attempts per prompt by each model "
                             "(RUN/sft/model, RUN/rl/model) and an optional LLM endpoint, multi-turn refinement, "
                             "MetaSchedule search at several budgets (plain and model-seeded), random design-space "
@@ -113,10 +114,11 @@ def add_report(sub, name: str, help: str):
 def report(args) -> int:
     from dragonlab.reporting.config import ReportConfig
     from dragonlab.reporting.report import run_report
+    from dragonlab.search.config import MeasureConfig
 
     if bool(args.llm_base_url) != bool(args.llm_model):
         raise UsageError("--llm-base-url and --llm-model go together")
-    config = config_from(ReportConfig, args)
+    config = config_from(ReportConfig, args, measure=config_from(MeasureConfig, args))
     if not (args.run_dir / "dataset").is_dir():
         raise UsageError(f"{args.run_dir}/dataset does not exist (a run directory holds dataset/, sft/ and rl/)")
     llm = None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from dragonlab.core import fields
 from dragonlab.core.errors import InputError
-from dragonlab.search.config import POPULATION
+from dragonlab.search.config import POPULATION, MeasureConfig
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,9 @@ class ReportConfig:
     population: int = field(default=POPULATION, metadata={
         "help": "population of the MetaSchedule searches run here (MetaSchedule's default)", "range": "> 0"})
     p: tuple[float, ...] = field(default=(1.0, 1.2, 2.0), metadata={"help": "fast_p thresholds", "range": "> 0"})
+    # How every kernel is timed (the evaluator's timer) and the searches run here measure: the
+    # report's --number, --repeat, --min-repeat-ms, as `collect`'s and `tune`'s.
+    measure: MeasureConfig = MeasureConfig()
 
     def __post_init__(self):
         fields.check(self)

@@ -169,7 +169,7 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
 
     from dragonlab.core.rundir import claim
     from dragonlab.evaluation import machine
-    from dragonlab.evaluation.evaluate import Evaluator
+    from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
     from dragonlab.learn import dataset, models
 
     run = Path(run)
@@ -179,6 +179,11 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     if not rows:
         raise InputError(f"{run / 'dataset'} has none of the held-out splits {list(config.splits)}")
     target = dataset.target_of(dsd, list(rows))
+    if evaluator is not None and evaluator.target.name != target:
+        raise InputError(f"the evaluator judges {evaluator.target.name}, the dataset's held-out splits {target}")
+    if evaluator is not None and evaluator.config.measure != config.measure:
+        raise InputError(f"the evaluator times with {evaluator.config.measure}, the report's config says "
+                         f"{config.measure}: make it with EvalConfig(measure=config.measure)")
     held = list(dict.fromkeys(r["workload"] for split in rows.values() for r in split))
     # The models that write here (`present`), and every model system of the report with its path
     # and digest as run.json records them (`recorded`): a replayed report's, or a gone one's too
@@ -201,9 +206,8 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
 
     attempts: dict[str, list[Attempt]] = {}
     turns: dict[str, list[dict]] = {}
-    if evaluator is not None and evaluator.target.name != target:
-        raise InputError(f"the evaluator judges {evaluator.target.name}, the dataset's held-out splits {target}")
-    with contextlib.nullcontext(evaluator) if evaluator is not None else Evaluator(target) as evaluator:
+    with (contextlib.nullcontext(evaluator) if evaluator is not None else
+          Evaluator(target, EvalConfig(measure=config.measure))) as evaluator:
         if not (out / "report.json").exists():  # judging to do: on the machine the report started on
             calibration = machine.check(out / "machine.jsonl", evaluator, other_machine=other_machine)
             if progress and "ratio_to_first" in calibration:
@@ -357,7 +361,7 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
 
     top = max(config.budgets)
     plain = baselines.search(held, target, top, out / "search", seed=config.seed, population=config.population,
-                             stored=stored, progress=progress)
+                             measure=config.measure, stored=stored, progress=progress)
     for n in sorted(config.budgets):
         picks = {k: run.best_within(n) for k, run in plain.items()}
         judge(f"metaschedule@{n}", {k: [codec.encode(p[1])] for k, p in picks.items() if p},
@@ -374,7 +378,8 @@ def _baselines(evaluator, held: list, target: str, attempts: dict[str, list[Atte
         trials = config.seeded_trials
         full = [w for w in held if plain[w.key].budget is None or plain[w.key].budget >= top]
         runs = baselines.search(full, target, trials, out / f"seeded-{seeded_by}", seeds=dict(seeds),
-                                seed=config.seed, population=config.population, progress=progress)
+                                seed=config.seed, population=config.population, measure=config.measure,
+                                progress=progress)
         picks = {k: r.best_within(trials) for k, r in runs.items()}
         judge(f"{seeded_by}-seeded metaschedule@{trials}", {k: [codec.encode(p[1])] for k, p in picks.items() if p},
               {k: {"seeded": runs[k].seeded} for k in picks})

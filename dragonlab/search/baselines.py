@@ -28,7 +28,7 @@ from dragonlab.core import codec
 from dragonlab.core.jsonl import append_lines, read_lines
 from dragonlab.core.targets import get_target
 from dragonlab.core.workloads import Workload
-from dragonlab.search.config import POPULATION
+from dragonlab.search.config import POPULATION, MeasureConfig
 from dragonlab.search.records import OK, Record, RecordStore
 
 
@@ -71,12 +71,13 @@ def trials_to_reach(latencies: list[float | None], latency: float) -> int | None
 
 def search(workloads: list[Workload], target: str, trials: int, root: str | os.PathLike, *,
            seeds: dict[str, list[tuple[list, tuple[float, ...]]]] | None = None, seed: int = 0,
-           population: int = POPULATION, stored: str | os.PathLike | None = None,
-           progress: bool = True) -> dict[str, SearchRun]:
+           population: int = POPULATION, measure: MeasureConfig = MeasureConfig(),
+           stored: str | os.PathLike | None = None, progress: bool = True) -> dict[str, SearchRun]:
     """MetaSchedule search on each workload for `trials` measured candidates, into the record
     store `root` (resumes). `seeds[key]`: (plain trace, latencies) of kernels that start the
     search's database; they are the run's first candidates and count against `trials`.
-    `population`: the evolutionary search's (MetaSchedule's default).
+    `population`: the evolutionary search's (MetaSchedule's default); `measure`: how it builds and
+    times its candidates.
     `stored`: a record store (a corpus with its benchmark's searches) that is read, never
     written: a workload it finished a search of is taken from there, to the budget it was
     searched to (`SearchRun.budget`), and not searched again."""
@@ -111,8 +112,8 @@ def search(workloads: list[Workload], target: str, trials: int, root: str | os.P
             append_lines(times_file, [{"workload": key, "seconds": seconds}])
 
     if todo:  # one collection for all: its builder and runner start once, not once per workload
-        collect(todo, spec, store, CollectConfig(trials=trials, seed=seed, population=population), progress=progress,
-                on_done=finished)
+        collect(todo, spec, store, CollectConfig(trials=trials, seed=seed, population=population, measure=measure),
+                progress=progress, on_done=finished)
     records = _by_workload(store, spec.name)
     for w in workloads:
         out[w.key] = _run(records.get(w.key, []), w.key, trials, times.get(w.key))

@@ -17,6 +17,7 @@ from dragonlab.testing.chat_server import MODEL, serving
 from dragonlab.testing.notebooks import PLOTLY, WIDGET, run_notebook
 
 from dragonlab.cli import main
+from dragonlab.core.errors import InputError
 from dragonlab.core.jsonl import read_lines
 from dragonlab.evaluation.evaluate import Evaluation
 from dragonlab.learn.attempts import Attempt, per_workload, read_attempts
@@ -491,6 +492,28 @@ def _renders_in_chromium(page: Path, figures: int, tmp_path: Path) -> None:
     assert rendered.figures == figures >= 4 and rendered.tables >= 8 and shot.stat().st_size > 20_000
 
 
+def test_an_evaluator_that_times_otherwise_than_the_report_says_is_refused_before_anything_is_written(data,
+                                                                                                         tmp_path):
+    """The report's latencies are its evaluator's: one handed to `run_report` must time as the
+    config's `measure` says, and judge the dataset's target."""
+    from dragonlab.evaluation.evaluate import EvalConfig, Evaluator
+    from dragonlab.reporting.report import run_report
+    from dragonlab.search.config import MeasureConfig
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "dataset").symlink_to(data)
+    config = ReportConfig(splits=("train",), measure=MeasureConfig(min_repeat_ms=1))
+    with Evaluator("cpu") as evaluator:
+        with pytest.raises(InputError, match=r"the evaluator times with MeasureConfig\(.*min_repeat_ms=40.*\), the "
+                                             r"report's config says MeasureConfig\(.*min_repeat_ms=1"):
+            run_report(run, config, evaluator=evaluator, progress=False)
+    with Evaluator("cuda-sm80", EvalConfig(measure=config.measure)) as evaluator:
+        with pytest.raises(InputError, match="the evaluator judges cuda-sm80, the dataset's held-out splits cpu"):
+            run_report(run, config, evaluator=evaluator, progress=False)
+    assert sorted(p.name for p in run.iterdir()) == ["dataset"]
+
+
 def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook_kernel, monkeypatch, tmp_path,
                                                          capsys):
     import datasets
@@ -501,8 +524,9 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
     answers = {row["prompt"]: row["completion"] for row in datasets.load_from_disk(str(data))["train"]}
     with serving() as llm:  # an LLM that answers each prompt with the dataset's reference script, fenced
         llm.contents = lambda k, body: f"```\n{answers.get(body['messages'][1]['content'], 'no idea')}\n```"
+        # Kernels timed in repeats of 1 ms, not 40: timing was a third of this test's CPU
         parameters = {"run": str(run_dir), "k": 2, "best_of": 3, "budgets": [2, 4], "seeded_budget": 2,
-                      "population": 64, "turns": 1, "refinement_per_workload": 1,
+                      "population": 64, "min_repeat_ms": 1, "turns": 1, "refinement_per_workload": 1,
                       "splits": ["train"], "constrained": False, "llm_base_url": llm.base_url, "llm_model": MODEL}
         ran = run_notebook("06_evaluate", parameters, notebook_kernel, tmp_path)
         served = len(llm.requests)
@@ -547,7 +571,7 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         # Rerun from the command line: everything is read back, nothing asked or judged again.
         lines = _judged(run_dir)
         args = ["report", "--run", str(run_dir), "--k", "2", "--best-of", "3", "--budgets", "2", "4",
-                "--seeded-budget", "2", "--population", "64", "--turns", "1",
+                "--seeded-budget", "2", "--population", "64", "--min-repeat-ms", "1", "--turns", "1",
                 "--refinement-per-workload", "1", "--splits", "train", "--llm-base-url", llm.base_url,
                 "--llm-model", MODEL]
         assert main(args) == 0
