@@ -16,7 +16,7 @@ the child as pickles (the parent is trusted). A `sandbox` worker also hardens it
 A call may report progress (`progress("build")`) before it returns, so that a crash or a
 timeout can be attributed to the stage it happened in.
 
-Starting an interpreter that imports TVM costs seconds of CPU (about 3 s on a 2-core EPYC), and
+Starting an interpreter that imports TVM costs seconds of CPU (about 1.6 s on a 2-core EPYC), and
 an evaluator starts several workers, again after every crash or timeout. On Linux a worker is
 therefore forked from a *zygote*: a process of its own that imported numpy and TVM once and
 runs nothing else (it never runs a call: forking it is safe). A zygote serves the workers of
@@ -258,9 +258,10 @@ SET_AFTER_FORK = ("TVM_NUM_THREADS", "TVM_THREAD_POOL_SPIN_COUNT", "PYTEST_CURRE
 
 LOST = 256  # the exit status of a forked worker whose zygote is gone (no real status is 256)
 
-# How long a zygote with no worker left waits for another (its TVM import is 1.6 s of CPU on a
-# 2-core EPYC): a notebook judging one script after another, or the test suite's ~80 evaluators
-# in turn, fork from one zygote instead of starting one each. 0: it ends with its last worker.
+# How long a zygote with no worker left waits for another (its imports are 1.6 s of CPU on a
+# 2-core EPYC): a notebook's evaluators, or a test run's, one after another, fork from one zygote
+# instead of starting one each (a run of the test suite started 80 zygotes before, 26 with this
+# and PYTEST_CURRENT_TEST set after the fork). 0: a zygote ends with its last worker.
 LINGER_SEC = 60.0
 
 
@@ -600,7 +601,7 @@ def _wait(pid: int, timeout: float | None) -> int | None:
 
 if __name__ == "__main__":
     # No worker uses torch, but TVM's FFI imports it whenever it is installed: blocked, a worker
-    # starts in half the CPU time (1.7 s instead of 3.9 s) and half the memory (200 MB, not 400 MB).
+    # starts in a third of the CPU time (1.6 s instead of 5 s) and half the memory (195 MB, not 400 MB).
     sys.modules.setdefault("torch", None)
     if sys.argv[1] == "zygote":
         _zygote_main(socket.socket(fileno=int(sys.argv[2])))
