@@ -77,6 +77,8 @@ def main() -> int:
     if not workers.ZYGOTES:
         print("no zygotes on this platform (or DRAGONLAB_ZYGOTES=0): nothing to compare", flush=True)
         return 1
+    # Cold means cold: every evaluator starts its own zygote, none waits for the next round's.
+    workers.LINGER_SEC = 0.0
     matmul = first_of_each_family("quick")["matmul"]
     items = sample_scripts([matmul], get_target("cpu"), per_workload=2, seed=0)
     print(f"{args.rounds} rounds; a cold evaluator judging {len(items)} samples of {matmul.name}; "
