@@ -66,7 +66,7 @@ def fuzz(args) -> int:
     from dragonlab.evaluation.evaluate import STAGES, Evaluator
     from dragonlab.evaluation.fuzz import MUTATIONS, fuzz, sample_scripts
     from dragonlab.evaluation.redteam import RED_TEAM
-    from dragonlab.evaluation.workers import zygote_pids
+    from dragonlab.evaluation.workers import descendants
 
     require("--n", args.n, "> 0")
     mutations = RED_TEAM if args.red_team else args.mutations
@@ -77,13 +77,11 @@ def fuzz(args) -> int:
     quick = first_of_each_family("quick")
     bases = sample_scripts([quick[f] for f in ("matmul", "conv2d_nchw", "softmax", "reduce_row")],
                            target, per_workload=4, seed=args.seed)
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
+    before = {p.pid for p in descendants()}
     with Evaluator(target, EvalConfig(workers=args.workers, time=False, timeout_sec=30)) as evaluator:
         report = fuzz(args.n, args.seed, evaluator, bases, mutations=mutations)
     time.sleep(0.5)
-    zygotes = set(zygote_pids())  # waiting for the next evaluator: not workers
-    leaked = [p for p in me.children(recursive=True) if p.pid not in before | zygotes and p.is_running()
+    leaked = [p for p in descendants() if p.pid not in before and p.is_running()
               and p.status() != psutil.STATUS_ZOMBIE]
     report.leaked_workers = len(leaked)
     print(report.table([*STAGES, "ok"]))

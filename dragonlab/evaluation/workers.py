@@ -415,9 +415,9 @@ def _release_locked(zygote: _Zygote | None) -> None:
         return
     zygote.users -= 1
     if zygote.users == 0:
-        zygote.idle_since = time.monotonic()
+        zygote.idle_since = time.monotonic()  # names this idle spell: a later one has another
         if LINGER_SEC > 0 and _zygotes.get(zygote.key) is zygote and zygote.sock is not None:
-            timer = threading.Timer(LINGER_SEC, _end_idle_zygotes)
+            timer = threading.Timer(LINGER_SEC, _end_if_still_idle, (zygote, zygote.idle_since))
             timer.daemon = True  # the process may exit meanwhile: the zygote then ends with it
             timer.start()
         else:
@@ -430,19 +430,27 @@ def _end_locked(zygote: _Zygote) -> None:
     zygote.close()
 
 
-def _end_idle_zygotes() -> None:
-    """End the zygotes that have had no worker for `LINGER_SEC`."""
+def _end_if_still_idle(zygote: _Zygote, since: float) -> None:
+    """End `zygote` if no worker has used it since its idle spell `since` began."""
     with _zygotes_lock:
-        now = time.monotonic()
-        for zygote in list(_zygotes.values()):
-            if zygote.users == 0 and now - zygote.idle_since >= LINGER_SEC * 0.99:
-                _end_locked(zygote)
+        if zygote.users == 0 and zygote.idle_since == since:
+            _end_locked(zygote)
 
 
 def zygote_pids() -> list[int]:
     """The zygotes running now: each ends `LINGER_SEC` after the last of its workers."""
     with _zygotes_lock:
         return [z.proc.pid for z in _zygotes.values() if z.proc.poll() is None]
+
+
+def descendants() -> list:
+    """This process's descendants (psutil processes), but the zygotes waiting for the next
+    evaluator's workers: what a leak check compares before and after (a worker a zygote forked
+    is counted)."""
+    import psutil
+
+    waiting = set(zygote_pids())
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in waiting]
 
 
 def _message(data: bytes) -> tuple[str, object]:

@@ -179,11 +179,12 @@ def run_report(run: str | os.PathLike, config: ReportConfig = ReportConfig(), *,
     if not rows:
         raise InputError(f"{run / 'dataset'} has none of the held-out splits {list(config.splits)}")
     target = dataset.target_of(dsd, list(rows))
-    if evaluator is not None and evaluator.target.name != target:
-        raise InputError(f"the evaluator judges {evaluator.target.name}, the dataset's held-out splits {target}")
-    if evaluator is not None and evaluator.config.measure != config.measure:
-        raise InputError(f"the evaluator times with {evaluator.config.measure}, the report's config says "
-                         f"{config.measure}: make it with EvalConfig(measure=config.measure)")
+    if evaluator is not None:  # a caller's evaluator judges and times as the report says
+        if evaluator.target.name != target:
+            raise InputError(f"the evaluator judges {evaluator.target.name}, the dataset's held-out splits {target}")
+        if evaluator.config.measure != config.measure:
+            raise InputError(f"the evaluator times with {evaluator.config.measure}, the report's config says "
+                             f"{config.measure}: make it with EvalConfig(measure=config.measure)")
     held = list(dict.fromkeys(r["workload"] for split in rows.values() for r in split))
     # The models that write here (`present`), and every model system of the report with its path
     # and digest as run.json records them (`recorded`): a replayed report's, or a gone one's too

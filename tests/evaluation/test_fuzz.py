@@ -339,13 +339,11 @@ def test_fuzz_on_a_real_evaluator_never_crashes_the_host(evaluator, matmul):
 
 def test_red_team_on_a_real_evaluator_is_refused_and_leaves_nothing_behind(matmul):
     bases = fuzz.sample_scripts([matmul], get_target("cpu"), per_workload=2, seed=0)
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
+    before = {p.pid for p in workers.descendants()}
     with Evaluator("cpu", EvalConfig(workers=1, time=False, timeout_sec=60)) as ev:
         report = fuzz.fuzz(30, 7, ev, bases, progress=False, mutations=RED_TEAM)
     time.sleep(0.5)
-    zygotes = set(workers.zygote_pids())  # waiting for the next evaluator: not workers
-    leaked = [p for p in me.children(recursive=True) if p.pid not in before | zygotes and p.is_running()
+    leaked = [p for p in workers.descendants() if p.pid not in before and p.is_running()
               and p.status() != psutil.STATUS_ZOMBIE]
     assert report.evaluated == 30 and report.host_crashes == 0, report.crashes
     assert not report.marker_touched, f"injected code ran: {redteam.MARKER} exists"

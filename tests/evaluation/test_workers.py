@@ -98,13 +98,13 @@ def test_exceptions_come_back_as_one_message():
 
 
 def test_pool_keeps_order_and_leaks_no_process():
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = {p.pid for p in workers.descendants()}
     pool = WorkerPool(2, Limits(timeout_sec=3))
     results = pool.map(worker_jobs.sleep, [(0.2,), (0.1,), (0.0,)])
     assert results == [0.2, 0.1, 0.0]
     assert isinstance(pool.map(worker_jobs.crash, [()])[0], WorkerCrashed)
     pool.close()
-    after = {p.pid for p in psutil.Process().children(recursive=True)} - set(workers.zygote_pids())
+    after = {p.pid for p in workers.descendants()}
     assert after <= before
 
 
@@ -212,7 +212,7 @@ def test_ctrl_c_during_map_stops_it_and_starts_no_more_calls(to, tmp_path):
     import time
 
     marks = tmp_path / "marks"
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = {p.pid for p in workers.descendants()}
     pool = WorkerPool(1, Limits(timeout_sec=30))
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # what a command line has
     try:
@@ -228,7 +228,7 @@ def test_ctrl_c_during_map_stops_it_and_starts_no_more_calls(to, tmp_path):
         signal.signal(signal.SIGINT, previous)
         pool.close()
     time.sleep(2)  # long enough for a call started after the interrupt to finish
-    after = {p.pid for p in psutil.Process().children(recursive=True)} - set(workers.zygote_pids())
+    after = {p.pid for p in workers.descendants()}
     assert after <= before  # the call in flight was ended with its worker, and none was started
     assert not marks.exists()  # no call ran to its end: not the one in flight, not the next ones
 
