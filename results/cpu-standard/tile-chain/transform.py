@@ -1,0 +1,176 @@
+"""Experiment (issue 20): scripts in which a fetched block is named as in the kernel (`@out`, not
+`b6`) and a tile decision is written as the chain of its loops' extents, outermost first
+(`tile l24 =12>12>12>6` for the factors [1,1,2,6]: 12 = 1*1*2*6, then 1*2*6, 2*6, 6).
+
+The first number of a chain is the loop's extent, to be copied from the kernel; each next one
+divides the one before. A model writing the codec's `=[1,1,2,6]` must multiply four numbers to
+the extent of a loop it finds through the script's variable numbering.
+
+    python transform.py FORM     # FORM: chain (tiles only), named (and block names), or
+                                 # extents (and each `loops` line its loops' extents: `loops @out >12,16,32,16`),
+                                 # verbatim (the block's signature as the kernel shows it: `loops @out(t 12, i 16 r)`)
+
+builds runs/exp-FORM/dataset from runs/std/dataset (prompts' input scripts and completions).
+`back(text)` turns a model's text into the codec's script for the evaluator.
+"""
+import math
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from dragonlab.core.codec import decode
+
+TILE = re.compile(r"^(tile [^\n=]*) =\[([0-9,]+)\]$", re.M)
+CHAIN = re.compile(r"^(tile [^\n=]*) =([0-9>]+)$", re.M)
+NAMED = re.compile(r"@([A-Za-z_][A-Za-z0-9_.]*)")
+
+
+def chain(factors: list[int]) -> str:
+    return ">".join(str(math.prod(factors[i:])) for i in range(len(factors)))
+
+
+def factors(spans: list[int]) -> list[int]:
+    """The factors of a chain; where a span does not divide the one before, the rounded quotient
+    (the script is then not exact: TVM repairs it)."""
+    out = [max(1, round(a / b)) if b else 1 for a, b in zip(spans, spans[1:])]
+    return out + [spans[-1]]
+
+
+def to_chain(script: str) -> str:
+    return TILE.sub(lambda m: f"{m[1]} ={chain([int(x) for x in m[2].split(',')])}", script)
+
+
+def from_chain(text: str) -> str:
+    def one(m):
+        spans = [int(x) for x in m[2].split(">") if x]
+        return f"{m[1]} =[{','.join(map(str, factors(spans)))}]" if spans else m[0]
+    return CHAIN.sub(one, text)
+
+
+def to_named(script: str) -> str:
+    """Each variable a `get` defined, written @NAME, where the script fetches that name once."""
+    insts, _ = decode(script)
+    gets = [(i[2][0], i[3][0]) for i in insts if i[0] == "GetSBlock"]
+    names = [n for n, _ in gets]
+    for name, var in gets:
+        if names.count(name) == 1 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", name):
+            script = re.sub(rf"(?<![\w.@]){var}(?![\w.])", "@" + name, script)
+    return script
+
+
+def from_named(text: str) -> str:
+    """@NAME back to the variable the script's `get NAME` defined (decoding each prefix to learn
+    its number); an @NAME never fetched is left as it is, and the decoder refuses it."""
+    lines, defined = text.split("\n"), {}
+    for k, line in enumerate(lines):
+        lines[k] = NAMED.sub(lambda m: defined.get(m[1], m[0]), line)
+        if line.startswith("get "):
+            try:
+                insts, _ = decode("\n".join(lines[:k + 1]))
+            except Exception:
+                break
+            defined[insts[-1][2][0]] = insts[-1][3][0]
+    return "\n".join(lines)
+
+
+LOOPS = re.compile(r"^(loops \S+) >([0-9?,]+)$", re.M)
+SIGNATURE = re.compile(r"^block (\S+)\((.*)\)", re.M)
+
+
+def signatures(kernel: str) -> dict[str, list[int]]:
+    """Each block's loop extents as the kernel shows them (`block out(t 12, i 16, j 32, j_1 16 r)`)."""
+    def extent(it):
+        m = re.search(r" (?:int64\()?(\d+)\)?", it)
+        return int(m[1]) if m else 0
+    return {m[1]: [extent(it) for it in m[2].split(", ")] for m in SIGNATURE.finditer(kernel)}
+
+
+def to_extents(script: str, kernel: str) -> str:
+    """Each `loops X >n` line written with its loops' extents: a tiled loop's is its factors'
+    product, another's the kernel's extent at that position for a block fetched by name, else `?`."""
+    insts, decisions = decode(script)
+    tiled = {insts[i][1][0]: math.prod(d) for i, d in decisions if insts[i][0] == "SamplePerfectTile"}
+    names = {i[3][0]: i[2][0] for i in insts if i[0] == "GetSBlock"}
+    sigs, lines, k = signatures(kernel), script.split("\n"), 0
+    for inst in insts:
+        if inst[0] != "GetLoops":
+            continue
+        while not lines[k].startswith("loops "):
+            k += 1
+        sig = sigs.get(names.get(inst[1][0]), [])
+        ext = [tiled.get(v) or (sig[j] if j < len(sig) else "?") for j, v in enumerate(inst[3])]
+        lines[k] = re.sub(r" >\d+$", " >" + ",".join(map(str, ext)), lines[k])
+        k += 1
+    return "\n".join(lines)
+
+
+def from_extents(text: str) -> str:
+    return LOOPS.sub(lambda m: f"{m[1]} >{len(m[2].split(','))}", text)
+
+
+VERBATIM = re.compile(r"^(loops \S+?)\((.*)\)$", re.M)
+
+
+def to_verbatim(named: str, kernel: str) -> str:
+    """`loops @out >4` as `loops @out(t 12, i 16, j 32, j_1 16 r)`, the kernel's own text, where the
+    block's signature has as many loops as the line."""
+    text = {m[1]: m[2] for m in SIGNATURE.finditer(kernel)}
+
+    def one(m):
+        sig = text.get(m[1][len("loops @"):]) if m[1].startswith("loops @") else None
+        return f"{m[1]}({sig})" if sig is not None and len(sig.split(", ")) == int(m[2]) else m[0]
+    return re.sub(r"^(loops \S+) >(\d+)$", one, named, flags=re.M)
+
+
+def from_verbatim(text: str) -> str:
+    return VERBATIM.sub(lambda m: f"{m[1]} >{len(m[2].split(', '))}", text)
+
+
+def split_prompt(prompt: str) -> tuple[str, str, str]:
+    head, _, rest = prompt.partition("\nscript:\n")
+    script, sep, tail = rest.partition("\nfaster script:\n")
+    return head + "\nscript:\n", script, sep + tail
+
+
+def forward(form: str, script: str, kernel: str) -> str:
+    if not script.strip():
+        return script
+    if form == "chain":
+        return to_chain(script)
+    named = to_named(script)
+    if form == "extents":  # the loops lines' extents (from the codec's form) on the named lines
+        named = "\n".join(re.sub(r" >\d+$", " >" + e.rpartition(" >")[2], n) if n.startswith("loops ") else n
+                          for n, e in zip(named.split("\n"), to_extents(script, kernel).split("\n")))
+    if form == "verbatim":
+        named = to_verbatim(named, kernel)
+    return to_chain(named)
+
+
+def back(form: str, text: str) -> str:
+    text = from_chain(from_extents(text) if form == "extents" else from_verbatim(text) if form == "verbatim" else text)
+    return from_named(text) if form in ("named", "extents", "verbatim") else text
+
+
+if __name__ == "__main__":
+    import datasets
+    form = sys.argv[1]
+    assert form in ("chain", "named", "extents", "verbatim")
+    src, out = Path("runs/std/dataset"), Path(f"runs/exp-{form}/dataset")
+    dsd = datasets.load_from_disk(str(src))
+
+    def row(r):
+        head, script, tail = split_prompt(r["prompt"])
+        return {"prompt": head + forward(form, script, head) + tail,
+                "completion": forward(form, r["completion"], head)}
+    new = dsd.map(row)
+    bad = 0
+    for split in new:
+        for old, r in zip(dsd[split], new[split]):
+            bad += back(form, r["completion"]) != old["completion"]
+            bad += back(form, split_prompt(r["prompt"])[1]) != split_prompt(old["prompt"])[1]
+    assert bad == 0, f"{bad} scripts do not come back"
+    new.save_to_disk(str(out))
+    for name in ("workloads.jsonl", "build.json", "README.md"):
+        shutil.copy(src / name, out / name)
+    print(new["train"][3]["completion"][:900])
