@@ -11,7 +11,7 @@ the extent of a loop it finds through the script's variable numbering.
                                  # verbatim (the block's signature as the kernel shows it: `loops @out(t 12, i 16 r)`)
 
 builds runs/exp-FORM/dataset from runs/std/dataset (prompts' input scripts and completions).
-`back(text)` turns a model's text into the codec's script for the evaluator.
+`back(FORM, text)` turns a model's text into the codec's script for the evaluator.
 """
 import math
 import re
