@@ -4,7 +4,6 @@ is turned back into the codec's form and judged by the CPU evaluator.
 
     python judge.py FORM MODEL BASELINE.jsonl OUT.jsonl TEMPERATURE N
 """
-import json
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import torch
 from dragonlab.core.jsonl import append_lines
 from dragonlab.evaluation.evaluate import Evaluator
 from dragonlab.learn import models
-from dragonlab.learn.attempts import evaluate_attempts, format_summary, summary
+from dragonlab.learn.attempts import evaluate_attempts, format_summary, read_attempts, summary
 from dragonlab.learn.dataset import load
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -23,7 +22,7 @@ form, model_dir, baseline, out = sys.argv[1:5]
 temperature, n = float(sys.argv[5]), int(sys.argv[6])
 torch.set_num_threads(2)
 dsd, ws = load(f"runs/exp-{form}/dataset")
-keys = sorted({(a["split"], a["index"]) for a in map(json.loads, open(baseline))})
+keys = sorted({(a.split, a.index) for a in read_attempts(baseline)})
 rows = [dict(dsd[s][i], index=i) for s, i in keys]
 model, tok = models.load(model_dir)
 written = models.generate(model, tok, [r["prompt"] for r in rows], n=n, temperature=temperature, max_new_tokens=768,

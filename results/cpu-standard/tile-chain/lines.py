@@ -10,14 +10,13 @@ are the extents it states the kernel's for that block?
     python lines.py FORM ATTEMPTS.jsonl[.gz]
 """
 import collections
-import gzip
-import json
 import math
 import re
 import sys
 from pathlib import Path
 
 from dragonlab.core.codec import apply, decode, design_part, to_plain
+from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.dataset import load
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -35,39 +34,38 @@ def stated_extents(form: str, line: str) -> list[str] | None:
 form, path = sys.argv[1], sys.argv[2]
 dsd, workloads = load(f"runs/exp-{form}/dataset")
 counts = collections.Counter()
-with (gzip.open if path.endswith(".gz") else open)(path, "rt") as lines:
-    for a in map(json.loads, lines):
-        if a["evaluation"]["stage"] in ("decode", "apply", "validate"):
-            counts["scripts that stopped at decode, apply or validate"] += 1
+for a in read_lines(path):
+    if a["evaluation"]["stage"] in ("decode", "apply", "validate"):
+        counts["scripts that stopped at decode, apply or validate"] += 1
+        continue
+    plain = design_part(decode(a["script"]))
+    try:
+        taken = dict(to_plain(apply(plain, workloads[a["workload"]].mod).trace)[1])
+    except Exception:
+        counts["scripts that do not apply here"] += 1
+        continue
+    kernel = signatures(split_prompt(dsd[a["split"]][a["index"]]["prompt"])[0])
+    written = a["written"].split("\n")
+    stated = {}
+    loops = [inst for inst in plain[0] if inst[0] == "GetLoops"]
+    for inst, line in zip(loops, [w for w in written if w.startswith("loops ")]):
+        ext = stated_extents(form, line)
+        if ext is None:
             continue
-        plain = design_part(decode(a["script"]))
-        try:
-            taken = dict(to_plain(apply(plain, workloads[a["workload"]].mod).trace)[1])
-        except Exception:
-            counts["scripts that do not apply here"] += 1
-            continue
-        kernel = signatures(split_prompt(dsd[a["split"]][a["index"]]["prompt"])[0])
-        written = a["written"].split("\n")
-        stated = {}
-        loops = [inst for inst in plain[0] if inst[0] == "GetLoops"]
-        for inst, line in zip(loops, [w for w in written if w.startswith("loops ")]):
-            ext = stated_extents(form, line)
-            if ext is None:
-                continue
-            stated.update(zip(inst[3], ext))
-            name = line.split()[1].split("(")[0]
-            if name.startswith("@") and name[1:] in kernel:
-                counts["loops lines of a named block"] += 1
-                counts["  stating the kernel's extents"] += ext == [str(e) for e in kernel[name[1:]]]
-        chains = [[int(x) for x in m[2].split(">") if x] for m in CHAIN.finditer(a["written"])]
-        tiles = [(i, d) for i, d in plain[1] if plain[0][i][0] == "SamplePerfectTile"]
-        for (i, factors), spans in zip(tiles, chains):
-            loop = math.prod(taken[i])
-            counts["tiles"] += 1
-            counts["  first = the loop's extent"] += spans[0] == loop
-            counts["  each divides the one before"] += all(b and a % b == 0 for a, b in zip(spans, spans[1:]))
-            counts["  product = the loop's extent"] += math.prod(factors) == loop
-            if stated:
-                counts["  first = its loops line's extent"] += str(spans[0]) == stated.get(plain[0][i][1][0])
+        stated.update(zip(inst[3], ext))
+        name = line.split()[1].split("(")[0]
+        if name.startswith("@") and name[1:] in kernel:
+            counts["loops lines of a named block"] += 1
+            counts["  stating the kernel's extents"] += ext == [str(e) for e in kernel[name[1:]]]
+    chains = [[int(x) for x in m[2].split(">") if x] for m in CHAIN.finditer(a["written"])]
+    tiles = [(i, d) for i, d in plain[1] if plain[0][i][0] == "SamplePerfectTile"]
+    for (i, factors), spans in zip(tiles, chains):
+        loop = math.prod(taken[i])
+        counts["tiles"] += 1
+        counts["  first = the loop's extent"] += spans[0] == loop
+        counts["  each divides the one before"] += all(b and a % b == 0 for a, b in zip(spans, spans[1:]))
+        counts["  product = the loop's extent"] += math.prod(factors) == loop
+        if stated:
+            counts["  first = its loops line's extent"] += str(spans[0]) == stated.get(plain[0][i][1][0])
 for k, v in counts.items():
     print(f"{k:40} {v}")

@@ -3,14 +3,12 @@
 
     python table.py ATTEMPTS.jsonl[.gz] ...
 """
-import gzip
-import json
 import sys
 
+from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.attempts import Attempt, format_summary, summary
 
 for path in sys.argv[1:]:
-    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as lines:
-        attempts = [Attempt.from_json({k: v for k, v in json.loads(line).items() if k != "written"}) for line in lines]
+    attempts = list(read_lines(path, lambda d: Attempt.from_json({k: v for k, v in d.items() if k != "written"})))
     print(path)
     print(format_summary(summary(attempts)))
