@@ -7,6 +7,9 @@ factors multiply to the loop's extent, and (forms that state extents on `loops` 
 first number the extent its loops line stated for that loop? Per `loops` line of a named block:
 are the extents it states the kernel's for that block?
 
+FORM `codec` reads a control's attempts (the codec's form, no `written` text): its chains are
+its factors' (`to_chain`), so their first number is their product and they always divide.
+
     python lines.py FORM ATTEMPTS.jsonl[.gz]
 """
 import collections
@@ -20,7 +23,7 @@ from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.dataset import load
 
 sys.path.insert(0, str(Path(__file__).parent))
-from transform import CHAIN, LOOPS, VERBATIM, signatures, split_prompt  # noqa: E402
+from transform import CHAIN, LOOPS, VERBATIM, signatures, split_prompt, to_chain  # noqa: E402
 
 
 def stated_extents(form: str, line: str) -> list[str] | None:
@@ -32,7 +35,7 @@ def stated_extents(form: str, line: str) -> list[str] | None:
 
 
 form, path = sys.argv[1], sys.argv[2]
-dsd, workloads = load(f"runs/exp-{form}/dataset")
+dsd, workloads = load("runs/std/dataset" if form == "codec" else f"runs/exp-{form}/dataset")
 counts = collections.Counter()
 for a in read_lines(path):
     if a["evaluation"]["stage"] in ("decode", "apply", "validate"):
@@ -45,7 +48,8 @@ for a in read_lines(path):
         counts["scripts that do not apply here"] += 1
         continue
     kernel = signatures(split_prompt(dsd[a["split"]][a["index"]]["prompt"])[0])
-    written = a["written"].split("\n")
+    text = to_chain(a["script"]) if form == "codec" else a["written"]
+    written = text.split("\n")
     stated = {}
     loops = [inst for inst in plain[0] if inst[0] == "GetLoops"]
     for inst, line in zip(loops, [w for w in written if w.startswith("loops ")]):
@@ -57,7 +61,7 @@ for a in read_lines(path):
         if name.startswith("@") and name[1:] in kernel:
             counts["loops lines of a named block"] += 1
             counts["  stating the kernel's extents"] += ext == [str(e) for e in kernel[name[1:]]]
-    chains = [[int(x) for x in m[2].split(">") if x] for m in CHAIN.finditer(a["written"])]
+    chains = [[int(x) for x in m[2].split(">") if x] for m in CHAIN.finditer(text)]
     tiles = [(i, d) for i, d in plain[1] if plain[0][i][0] == "SamplePerfectTile"]
     for (i, factors), spans in zip(tiles, chains):
         loop = math.prod(taken[i])
