@@ -14,7 +14,6 @@ its factors' (`to_chain`), so their first number is their product and they alway
 """
 import collections
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -23,14 +22,16 @@ from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.dataset import load
 
 sys.path.insert(0, str(Path(__file__).parent))
-from transform import CHAIN, LOOPS, VERBATIM, signatures, split_prompt, to_chain  # noqa: E402
+from transform import CHAIN, LOOPS, VERBATIM, loop_extent, signatures, split_prompt, to_chain  # noqa: E402
 
 
-def stated_extents(form: str, line: str) -> list[str] | None:
+def stated_extents(form: str, line: str) -> list[int | None] | None:
+    """The extents a `loops` line states (None for a loop it gives none), or None for a line of
+    a form that states none."""
     if form == "extents" and (m := LOOPS.match(line)):
-        return m[2].split(",")
+        return [int(x) if x.isdigit() else None for x in m[2].split(",")]
     if form == "verbatim" and (m := VERBATIM.match(line)):
-        return [m[1] if (m := re.search(r"(\d+)\)?( r)?$", it)) else "?" for it in m[2].split(", ")]
+        return [loop_extent(it) or None for it in m[2].split(", ")]
     return None
 
 
@@ -60,7 +61,7 @@ for a in read_lines(path):
         name = line.split()[1].split("(")[0]
         if name.startswith("@") and name[1:] in kernel:
             counts["loops lines of a named block"] += 1
-            counts["  stating the kernel's extents"] += ext == [str(e) for e in kernel[name[1:]]]
+            counts["  stating the kernel's extents"] += ext == kernel[name[1:]]
     chains = [[int(x) for x in m[2].split(">") if x] for m in CHAIN.finditer(text)]
     tiles = [(i, d) for i, d in plain[1] if plain[0][i][0] == "SamplePerfectTile"]
     for (i, factors), spans in zip(tiles, chains):
@@ -70,6 +71,6 @@ for a in read_lines(path):
         counts["  each divides the one before"] += all(b and a % b == 0 for a, b in zip(spans, spans[1:]))
         counts["  product = the loop's extent"] += math.prod(factors) == loop
         if stated:
-            counts["  first = its loops line's extent"] += str(spans[0]) == stated.get(plain[0][i][1][0])
+            counts["  first = its loops line's extent"] += spans[0] == stated.get(plain[0][i][1][0])
 for k, v in counts.items():
     print(f"{k:40} {v}")

@@ -78,12 +78,15 @@ LOOPS = re.compile(r"^(loops \S+) >([0-9?,]+)$", re.M)
 SIGNATURE = re.compile(r"^block (\S+)\((.*)\)", re.M)
 
 
+def loop_extent(item: str) -> int:
+    """The extent of one loop of a block signature (`j_1 16 r`, `i int64(16)`); 0 if it has none."""
+    m = re.search(r" (?:int64\()?(\d+)\)?", item)
+    return int(m[1]) if m else 0
+
+
 def signatures(kernel: str) -> dict[str, list[int]]:
     """Each block's loop extents as the kernel shows them (`block out(t 12, i 16, j 32, j_1 16 r)`)."""
-    def extent(it):
-        m = re.search(r" (?:int64\()?(\d+)\)?", it)
-        return int(m[1]) if m else 0
-    return {m[1]: [extent(it) for it in m[2].split(", ")] for m in SIGNATURE.finditer(kernel)}
+    return {m[1]: [loop_extent(it) for it in m[2].split(", ")] for m in SIGNATURE.finditer(kernel)}
 
 
 def to_extents(script: str, kernel: str) -> str:
