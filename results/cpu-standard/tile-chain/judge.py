@@ -2,7 +2,7 @@
 prompts of an attempts file (the scaling curve's tiny-all rows: the control's prompts); its text
 is turned back into the codec's form and judged by the CPU evaluator.
 
-    python judge.py FORM MODEL BASELINE.jsonl OUT.jsonl TEMPERATURE N
+    python judge.py FORM MODEL BASELINE.jsonl OUT.jsonl TEMPERATURE N    # FORM codec: runs/std/dataset
 """
 import sys
 from pathlib import Path
@@ -21,7 +21,7 @@ from transform import back  # noqa: E402
 form, model_dir, baseline, out = sys.argv[1:5]
 temperature, n = float(sys.argv[5]), int(sys.argv[6])
 torch.set_num_threads(2)
-dsd, ws = load(f"runs/exp-{form}/dataset")
+dsd, ws = load("runs/std/dataset" if form == "codec" else f"runs/exp-{form}/dataset")
 keys = sorted({(a.split, a.index) for a in read_attempts(baseline)})
 rows = [dict(dsd[s][i], index=i) for s, i in keys]
 model, tok = models.load(model_dir)

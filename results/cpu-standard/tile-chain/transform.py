@@ -74,6 +74,37 @@ def from_named(text: str) -> str:
     return "\n".join(lines)
 
 
+VARIABLE = re.compile(r"(?<![\w.@$\"])([blv])(\d+)(?:\.\.(\d+))?(?![\w])")
+
+
+def fetching(text: str, kernel: str, renumber: bool) -> str:
+    """Named-form text in which an @NAME the script never fetched, a block of the kernel, gets its
+    `get NAME` line just before the line that first names it. `renumber`: the model numbered its
+    variables without that line, so those numbered from the new `get`'s number on move up by one;
+    otherwise it counted a `get` at that line. Text whose lines before cannot be decoded is returned
+    as it is."""
+    blocks, lines, defined, k = set(signatures(kernel)) | {"root"}, text.split("\n"), set(), 0
+    while k < len(lines):
+        if lines[k].startswith("get "):
+            defined.add(lines[k].split()[1])
+        missing = next((m[1] for m in NAMED.finditer(lines[k]) if m[1] not in defined and m[1] in blocks), None)
+        if missing is None:
+            k += 1
+            continue
+        if renumber:
+            try:
+                first = sum(len(inst[3]) for inst in decode(from_named("\n".join(lines[:k])))[0]) if k else 0
+            except Exception:
+                return text
+
+            def up(m, first=first):
+                return "".join((m[1], str(int(m[2]) + (int(m[2]) >= first)),
+                                f"..{int(m[3]) + (int(m[3]) >= first)}" if m[3] else ""))
+            lines[k:] = [VARIABLE.sub(up, line) for line in lines[k:]]
+        lines.insert(k, f"get {missing}")
+    return "\n".join(lines)
+
+
 LOOPS = re.compile(r"^(loops \S+) >([0-9?,]+)$", re.M)
 SIGNATURE = re.compile(r"^block (\S+)\((.*)\)", re.M)
 
@@ -151,6 +182,8 @@ def forward(form: str, script: str, kernel: str) -> str:
 
 
 def back(form: str, text: str) -> str:
+    if form == "codec":  # the standard dataset's own form, for a control
+        return text
     text = from_chain(from_extents(text) if form == "extents" else from_verbatim(text) if form == "verbatim" else text)
     return from_named(text) if form in ("named", "extents", "verbatim") else text
 
