@@ -185,7 +185,7 @@ def back(form: str, text: str) -> str:
     if form == "codec":  # the standard dataset's own form, for a control
         return text
     text = from_chain(from_extents(text) if form == "extents" else from_verbatim(text) if form == "verbatim" else text)
-    return from_named(text) if form in ("named", "extents", "verbatim") else text
+    return from_named(text) if form in ("named", "extents", "verbatim", "renamed") else text
 
 
 if __name__ == "__main__":
