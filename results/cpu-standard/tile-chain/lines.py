@@ -4,8 +4,9 @@
 Per tile line: does the chain's first number equal the loop's extent (the product of the
 decision TVM took when it applied the script), does each number divide the one before, do the
 factors multiply to the loop's extent, and (forms that state extents on `loops` lines) is the
-first number the extent its loops line stated for that loop? Per `loops` line of a named block:
-are the extents it states the kernel's for that block?
+first number the extent its loops line stated for that loop? Where the first number is wrong, is
+it another of the extents the kernel shows, or one it does not show (written from memory)? Per
+`loops` line of a named block: are the extents it states the kernel's for that block?
 
 FORM `codec` reads a control's attempts (the codec's form, no `written` text): its chains are
 its factors' (`to_chain`), so their first number is their product and they always divide.
@@ -68,9 +69,13 @@ for a in read_lines(path):
         loop = math.prod(taken[i])
         counts["tiles"] += 1
         counts["  first = the loop's extent"] += spans[0] == loop
+        extents = {e for ext in kernel.values() for e in ext}
+        counts["  the loop's extent is one the kernel shows"] += loop in extents
+        if form != "codec" and spans[0] != loop:  # a wrong first number: from the kernel, or from memory?
+            counts["  first not the loop's, but one the kernel shows"] += spans[0] in extents
         counts["  each divides the one before"] += all(b and a % b == 0 for a, b in zip(spans, spans[1:]))
         counts["  product = the loop's extent"] += math.prod(factors) == loop
         if stated:
             counts["  first = its loops line's extent"] += spans[0] == stated.get(plain[0][i][1][0])
 for k, v in counts.items():
-    print(f"{k:40} {v}")
+    print(f"{k:50} {v}")
