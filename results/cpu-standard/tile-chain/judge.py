@@ -16,12 +16,12 @@ from dragonlab.learn.attempts import evaluate_attempts, format_summary, read_att
 from dragonlab.learn.dataset import load
 
 sys.path.insert(0, str(Path(__file__).parent))
-from transform import back  # noqa: E402
+from transform import back, dataset_dir  # noqa: E402
 
 form, model_dir, baseline, out = sys.argv[1:5]
 temperature, n = float(sys.argv[5]), int(sys.argv[6])
 torch.set_num_threads(2)
-dsd, ws = load("runs/std/dataset" if form == "codec" else f"runs/exp-{form}/dataset")
+dsd, ws = load(dataset_dir(form))
 keys = sorted({(a.split, a.index) for a in read_attempts(baseline)})
 rows = [dict(dsd[s][i], index=i) for s, i in keys]
 model, tok = models.load(model_dir)

@@ -23,7 +23,7 @@ from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.dataset import load
 
 sys.path.insert(0, str(Path(__file__).parent))
-from transform import CHAIN, LOOPS, VERBATIM, loop_extent, signatures, split_prompt, to_chain  # noqa: E402
+from transform import CHAIN, LOOPS, VERBATIM, dataset_dir, loop_extent, signatures, split_prompt, to_chain  # noqa: E402
 
 
 def stated_extents(form: str, line: str) -> list[int | None] | None:
@@ -37,7 +37,7 @@ def stated_extents(form: str, line: str) -> list[int | None] | None:
 
 
 form, path = sys.argv[1], sys.argv[2]
-dsd, workloads = load("runs/std/dataset" if form == "codec" else f"runs/exp-{form}/dataset")
+dsd, workloads = load(dataset_dir(form))
 counts = collections.Counter()
 for a in read_lines(path):
     if a["evaluation"]["stage"] in ("decode", "apply", "validate"):
@@ -50,6 +50,7 @@ for a in read_lines(path):
         counts["scripts that do not apply here"] += 1
         continue
     kernel = signatures(split_prompt(dsd[a["split"]][a["index"]]["prompt"])[0])
+    extents = {e for ext in kernel.values() for e in ext}
     text = to_chain(a["script"]) if form == "codec" else a["written"]
     written = text.split("\n")
     stated = {}
@@ -69,7 +70,6 @@ for a in read_lines(path):
         loop = math.prod(taken[i])
         counts["tiles"] += 1
         counts["  first = the loop's extent"] += spans[0] == loop
-        extents = {e for ext in kernel.values() for e in ext}
         counts["  the loop's extent is one the kernel shows"] += loop in extents
         if form != "codec" and spans[0] != loop:  # a wrong first number: from the kernel, or from memory?
             counts["  first not the loop's, but one the kernel shows"] += spans[0] in extents

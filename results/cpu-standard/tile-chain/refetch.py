@@ -15,13 +15,13 @@ from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.dataset import load
 
 sys.path.insert(0, str(Path(__file__).parent))
-from transform import NAMED, fetching, from_chain, from_named, signatures, split_prompt  # noqa: E402
+from transform import NAMED, blocks, dataset_dir, fetching, from_chain, from_named, split_prompt  # noqa: E402
 
-dsd, _ = load("runs/exp-named/dataset")
+dsd, _ = load(dataset_dir("named"))
 unfetched = [r for r in read_lines(sys.argv[1]) if "found '@'" in (r["evaluation"]["reason"] or "")]
 kernels = [split_prompt(dsd[r["split"]][r["index"]]["prompt"])[0] for r in unfetched]
 strangers = [r for r, k in zip(unfetched, kernels)
-             if {m[1] for m in NAMED.finditer(r["written"])} - set(signatures(k)) - {"root"}]
+             if set(NAMED.findall(r["written"])) - blocks(k)]
 print(f"{len(unfetched)} scripts stopped at an @name never fetched; {len(strangers)} of them name a block"
       f" their kernel does not have, e.g. {[sorted(set(NAMED.findall(r['written'])))[:4] for r in strangers[:3]]}")
 for renumber in (False, True):

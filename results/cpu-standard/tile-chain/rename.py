@@ -18,7 +18,9 @@ from pathlib import Path
 
 import datasets
 
-BLOCK = re.compile(r"^block ([A-Za-z_][A-Za-z0-9_.]*)\(", re.M)
+sys.path.insert(0, str(Path(__file__).parent))
+from transform import NAMED, SIGNATURE, dataset_dir, signatures  # noqa: E402
+
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 
 
@@ -34,19 +36,19 @@ def new_names(names: list[str], rng: random.Random, taken: set[str]) -> dict[str
 
 def rename(text: str, names: dict[str, str]) -> str:
     """Block names in a kernel's `block NAME(` lines and a named script's `get NAME` and `@NAME`."""
-    text = BLOCK.sub(lambda m: f"block {names.get(m[1], m[1])}(", text)
-    text = re.sub(r"^get ([A-Za-z_][A-Za-z0-9_.]*)$", lambda m: f"get {names.get(m[1], m[1])}", text, flags=re.M)
-    return re.sub(r"@([A-Za-z_][A-Za-z0-9_.]*)", lambda m: "@" + names.get(m[1], m[1]), text)
+    text = SIGNATURE.sub(lambda m: f"block {names.get(m[1], m[1])}({m[2]})", text)
+    text = re.sub(r"^get (\S+)$", lambda m: f"get {names.get(m[1], m[1])}", text, flags=re.M)
+    return NAMED.sub(lambda m: "@" + names.get(m[1], m[1]), text)
 
 
 if __name__ == "__main__":
     copies = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    src, out = Path("runs/exp-named/dataset"), Path("runs/exp-renamed/dataset")
+    src, out = dataset_dir("named"), dataset_dir("renamed")
     dsd = datasets.load_from_disk(str(src))
 
     def renamed(r, index):
         rng = random.Random(index)
-        names = new_names(BLOCK.findall(r["prompt"]), rng, set(re.findall(r"[A-Za-z_]\w*", r["prompt"])))
+        names = new_names(list(signatures(r["prompt"])), rng, set(re.findall(r"[A-Za-z_]\w*", r["prompt"])))
         back = {v: k for k, v in names.items()}
         new = {"prompt": rename(r["prompt"], names), "completion": rename(r["completion"], names)}
         assert rename(new["prompt"], back) == r["prompt"] and rename(new["completion"], back) == r["completion"]

@@ -77,23 +77,33 @@ def from_named(text: str) -> str:
 VARIABLE = re.compile(r"(?<![\w.@$\"])([blv])(\d+)(?:\.\.(\d+))?(?![\w])")
 
 
+def dataset_dir(form: str) -> Path:
+    """Where a form's dataset is: the standard one for the codec's form, else runs/exp-FORM."""
+    return Path("runs/std/dataset" if form == "codec" else f"runs/exp-{form}/dataset")
+
+
+def blocks(kernel: str) -> set[str]:
+    """The names a script can fetch in a kernel: its blocks' and the root block's."""
+    return set(signatures(kernel)) | {"root"}
+
+
 def fetching(text: str, kernel: str, renumber: bool) -> str:
     """Named-form text in which an @NAME the script never fetched, a block of the kernel, gets its
     `get NAME` line just before the line that first names it. `renumber`: the model numbered its
     variables without that line, so those numbered from the new `get`'s number on move up by one;
     otherwise it counted a `get` at that line. Text whose lines before cannot be decoded is returned
     as it is."""
-    blocks, lines, defined, k = set(signatures(kernel)) | {"root"}, text.split("\n"), set(), 0
+    fetchable, lines, defined, k = blocks(kernel), text.split("\n"), set(), 0
     while k < len(lines):
         if lines[k].startswith("get "):
             defined.add(lines[k].split()[1])
-        missing = next((m[1] for m in NAMED.finditer(lines[k]) if m[1] not in defined and m[1] in blocks), None)
+        missing = next((m[1] for m in NAMED.finditer(lines[k]) if m[1] not in defined and m[1] in fetchable), None)
         if missing is None:
             k += 1
             continue
         if renumber:
             try:
-                first = sum(len(inst[3]) for inst in decode(from_named("\n".join(lines[:k])))[0]) if k else 0
+                first = sum(len(inst[3]) for inst in decode(from_named("\n".join(lines[:k])))[0])
             except Exception:
                 return text
 
@@ -192,7 +202,7 @@ if __name__ == "__main__":
     import datasets
     form = sys.argv[1]
     assert form in ("chain", "named", "extents", "verbatim")
-    src, out = Path("runs/std/dataset"), Path(f"runs/exp-{form}/dataset")
+    src, out = dataset_dir("codec"), dataset_dir(form)
     dsd = datasets.load_from_disk(str(src))
 
     def row(r):
