@@ -2,11 +2,7 @@
 on one machine) measure through."""
 
 import contextlib
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 
 from dragonlab.search.measure import RunnerUnavailableError, check_tracker
@@ -21,37 +17,36 @@ def free_port() -> int:
 @contextlib.contextmanager
 def rpc_cluster(servers: int = 1, key: str = "loopcpu"):
     """A TVM RPC tracker and `servers` CPU servers on loopback, registered under `key`; yields
-    the tracker's port. Every process group is killed afterwards."""
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host=127.0.0.1",
-                               f"--port={port}", f"--port-end={port + 1}"], start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    the tracker's port. TVM's own `Tracker` and `Server` run each in one worker process (its
+    `tvm.exec` commands import TVM twice: once to start the worker), the servers started side by
+    side; every worker and its children are killed afterwards."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tvm import rpc
+    from tvm.rpc.tracker import Tracker
+
+    tracker, started = None, []
     try:
+        port = free_port()
+        tracker = Tracker("127.0.0.1", port=port, port_end=port + 1, silent=True)
+
+        def server(_):
+            server_port = free_port()
+            started.append(rpc.Server("127.0.0.1", port=server_port, port_end=server_port + 1, key=key,
+                                      tracker_addr=("127.0.0.1", tracker.port), silent=True))
+
+        with ThreadPoolExecutor(servers) as pool:
+            list(pool.map(server, range(servers)))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        for _ in range(servers):
-            server_port = free_port()
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tvm.exec.rpc_server", f"--tracker=127.0.0.1:{port}", f"--key={key}",
-                 "--host=127.0.0.1", f"--port={server_port}", f"--port-end={server_port + 1}"],
-                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        while time.monotonic() < deadline:
-            try:
-                if check_tracker("127.0.0.1", port, key, timeout_sec=2) == servers:
+                if check_tracker("127.0.0.1", tracker.port, key, timeout_sec=2) == servers:
                     break
             except RunnerUnavailableError:
                 pass
-            time.sleep(0.5)
-        yield port
+            time.sleep(0.1)
+        yield tracker.port
     finally:
-        for p in procs:  # a server's popen worker child holds the port: kill the whole group
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+        for worker in [tracker, *started]:  # a server's forked session children hold its port: killed with it
+            if worker is not None:
+                worker.terminate()

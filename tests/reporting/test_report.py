@@ -567,6 +567,17 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         html = (run_dir / "report" / "report.html").read_text()
         assert html.count("<table") >= 8 and "Plotly.newPlot" in html and "The paper beside ours" in html
         assert ran.count(PLOTLY) >= 4 and ran.count(WIDGET) >= 1
+        # ... and the page's figures as PNG files, drawn by kaleido in Chromium where there is one. The
+        # reruns below draw the same figures again (about 7 s each): their exports are counted instead.
+        from dragonlab.reporting import report_html
+        from dragonlab.testing import browser as lab_browser
+
+        pngs = sorted((run_dir / "report" / "figures").glob("*.png"))
+        if lab_browser.chromium() is not None:
+            assert [p.stem for p in pngs] == sorted(report_html.figures(report)) and all(
+                p.stat().st_size > 20_000 for p in pngs)
+        exports = []
+        monkeypatch.setattr(report_html, "write_pngs", lambda report, folder: exports.append(folder))
 
         # Rerun from the command line: everything is read back, nothing asked or judged again.
         lines = _judged(run_dir)
@@ -600,6 +611,7 @@ def test_the_report_notebook_fills_every_row_and_resumes(run_dir, data, notebook
         (run_dir / "report" / "report.json").unlink()
         assert main(resume) == 0
         assert read_report(run_dir / "report").to_json() == report.to_json()
+        assert exports == [run_dir / "report" / "figures"] * 2  # the rerun's and this one's
         assert _judged(run_dir) == lines
         # An unfinished report resumed on a machine of another speed: refused before judging.
         sessions = run_dir / "report" / "machine.jsonl"
