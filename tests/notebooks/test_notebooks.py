@@ -2,11 +2,13 @@
 and shows what its lesson is about (06, the report, is tested with the report:
 tests/reporting/test_report.py)."""
 
+import ast
 from dataclasses import dataclass
 from typing import Callable
 
 import datasets
 import nbformat
+import papermill
 import pytest
 
 from conftest import TUNE_NETWORK
@@ -85,6 +87,10 @@ def test_every_notebook_is_a_lesson_with_parameters_and_no_outputs():
         cells = nbformat.read(NOTEBOOKS / name, 4).cells
         assert cells[0].cell_type == "markdown" and cells[0].source.startswith(f"# {name[:2]} · "), name
         assert "parameters" in cells[1].metadata.get("tags", []), name
+        # `papermill --help-notebook` lists every parameter (its parser skips a line with a second "=")
+        assigned = [t.id for node in ast.parse(cells[1].source).body if isinstance(node, ast.Assign)
+                    for t in node.targets]
+        assert list(papermill.inspect_notebook(str(NOTEBOOKS / name))) == assigned, name
         assert not any(c.get("outputs") or c.get("execution_count") for c in cells if c.cell_type == "code"), name
         assert "What to take away" in cells[-1].source, name
 
