@@ -30,9 +30,11 @@ chromium:
 
 # Two processes, a test file (or a group of files, tests/conftest.py) each at a time, so that a
 # file's module fixtures are built once; the expensive session fixtures are built once for both
-# (dragonlab/testing/shared.py).
+# (dragonlab/testing/shared.py). Bytecode is cached even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE, as in some containers): the tests start many Python processes
+# (command lines, notebook kernels, workers), and each would compile dragonlab again.
 test: install chromium
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The shipped corpus (data/cpu-standard-v1; docs/dataset.md): hours on 2 cores, resumable.
 CORPUS := data/cpu-standard-v1
