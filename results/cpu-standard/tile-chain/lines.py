@@ -6,7 +6,8 @@ decision TVM took when it applied the script), does each number divide the one b
 factors multiply to the loop's extent, and (forms that state extents on `loops` lines) is the
 first number the extent its loops line stated for that loop? Where the first number is wrong, is
 it another of the extents the kernel shows, or one it does not show (written from memory)? Per
-`loops` line of a named block: are the extents it states the kernel's for that block?
+`loops` line of a named block: are the extents it states the kernel's for that block? The
+product's rate is also given apart for scripts of one or two tiles and of three or more.
 
 FORM `codec` reads a control's attempts (the codec's form, no `written` text): its chains are
 its factors' (`to_chain`), so their first number is their product and they always divide.
@@ -75,6 +76,9 @@ for a in read_lines(path):
             counts["  first not the loop's, but one the kernel shows"] += spans[0] in extents
         counts["  each divides the one before"] += all(b and a % b == 0 for a, b in zip(spans, spans[1:]))
         counts["  product = the loop's extent"] += math.prod(factors) == loop
+        many = "3+ tiles" if len(tiles) >= 3 else "1-2 tiles"  # the script's (tiles.py's buckets)
+        counts[f"  tiles in scripts of {many}"] += 1
+        counts[f"    product = the loop's extent ({many})"] += math.prod(factors) == loop
         if stated:
             counts["  first = its loops line's extent"] += spans[0] == stated.get(plain[0][i][1][0])
 for k, v in counts.items():
