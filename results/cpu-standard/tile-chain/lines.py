@@ -24,7 +24,8 @@ from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.dataset import load
 
 sys.path.insert(0, str(Path(__file__).parent))
-from transform import CHAIN, LOOPS, VERBATIM, dataset_dir, loop_extent, signatures, split_prompt, to_chain  # noqa: E402
+from transform import (CHAIN, LOOPS, UNAPPLIED, VERBATIM, dataset_dir, loop_extent, signatures, split_prompt,  # noqa: E402
+                       tile_bucket, to_chain)
 
 
 def stated_extents(form: str, line: str) -> list[int | None] | None:
@@ -41,7 +42,7 @@ form, path = sys.argv[1], sys.argv[2]
 dsd, workloads = load(dataset_dir(form))
 counts = collections.Counter()
 for a in read_lines(path):
-    if a["evaluation"]["stage"] in ("decode", "apply", "validate"):
+    if a["evaluation"]["stage"] in UNAPPLIED:
         counts["scripts that stopped at decode, apply or validate"] += 1
         continue
     plain = design_part(decode(a["script"]))
@@ -75,10 +76,11 @@ for a in read_lines(path):
         if form != "codec" and spans[0] != loop:  # a wrong first number: from the kernel, or from memory?
             counts["  first not the loop's, but one the kernel shows"] += spans[0] in extents
         counts["  each divides the one before"] += all(b and a % b == 0 for a, b in zip(spans, spans[1:]))
-        counts["  product = the loop's extent"] += math.prod(factors) == loop
-        many = "3+ tiles" if len(tiles) >= 3 else "1-2 tiles"  # the script's (tiles.py's buckets)
-        counts[f"  tiles in scripts of {many}"] += 1
-        counts[f"    product = the loop's extent ({many})"] += math.prod(factors) == loop
+        multiplies = math.prod(factors) == loop
+        counts["  product = the loop's extent"] += multiplies
+        bucket = tile_bucket(len(tiles))  # the script's
+        counts[f"  tiles in scripts of {bucket}"] += 1
+        counts[f"    product = the loop's extent ({bucket})"] += multiplies
         if stated:
             counts["  first = its loops line's extent"] += spans[0] == stated.get(plain[0][i][1][0])
 for k, v in counts.items():

@@ -4,11 +4,14 @@
     python table.py ATTEMPTS.jsonl[.gz] ...
 """
 import sys
+from pathlib import Path
 
-from dragonlab.core.jsonl import read_lines
-from dragonlab.learn.attempts import Attempt, format_summary, summary
+from dragonlab.learn.attempts import format_summary, summary
+
+sys.path.insert(0, str(Path(__file__).parent))
+from transform import judged  # noqa: E402
 
 for path in sys.argv[1:]:
-    attempts = list(read_lines(path, lambda d: Attempt.from_json({k: v for k, v in d.items() if k != "written"})))
+    attempts = judged(path)
     print(path)
     print(format_summary(summary(attempts)))

@@ -7,20 +7,20 @@ their loops). One wrong tile makes a script inexact, so a per-line rate compound
 """
 import re
 import sys
+from pathlib import Path
 
-from dragonlab.core.jsonl import read_lines
-from dragonlab.learn.attempts import Attempt
+sys.path.insert(0, str(Path(__file__).parent))
+from transform import UNAPPLIED, judged, tile_bucket  # noqa: E402
 
 TILES = re.compile(r"^tile ", re.M)
-BUCKETS = (("no tile", range(0, 1)), ("1-2 tiles", range(1, 3)), ("3+ tiles", range(3, 1000)))
 
 for path in sys.argv[1:]:
-    attempts = list(read_lines(path, lambda d: Attempt.from_json({k: v for k, v in d.items() if k != "written"})))
-    applied = [a for a in attempts if a.evaluation.stage not in ("decode", "apply", "validate")]
+    attempts = judged(path)
+    applied = [a for a in attempts if a.evaluation.stage not in UNAPPLIED]
     print(f"{path}: {len(attempts)} attempts, {len(applied)} applied")
     print(f"  {'tile lines':<10}{'scripts':>9}{'correct':>9}{'exact':>7}  families")
-    for label, counts in BUCKETS:
-        group = [a for a in applied if len(TILES.findall(a.script)) in counts]
+    for label in ("no tile", "1-2 tiles", "3+ tiles"):
+        group = [a for a in applied if tile_bucket(len(TILES.findall(a.script))) == label]
         families = sorted({a.name.split("_")[0] for a in group})
         print(f"  {label:<10}{len(group):>9}{sum(a.evaluation.correct for a in group):>9}"
               f"{sum(a.evaluation.exact for a in group):>7}  {', '.join(families)}")

@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 
 from dragonlab.core.codec import decode
+from dragonlab.core.jsonl import read_lines
+from dragonlab.evaluation.evaluate import STAGES
+from dragonlab.learn.attempts import Attempt
 
 TILE = re.compile(r"^(tile [^\n=]*) =\[([0-9,]+)\]$", re.M)
 CHAIN = re.compile(r"^(tile [^\n=]*) =([0-9>]+)$", re.M)
@@ -80,6 +83,19 @@ VARIABLE = re.compile(r"(?<![\w.@$\"])([blv])(\d+)(?:\.\.(\d+))?(?![\w])")
 def dataset_dir(form: str) -> Path:
     """Where a form's dataset is: the standard one for the codec's form, else runs/exp-FORM."""
     return Path("runs/std/dataset" if form == "codec" else f"runs/exp-{form}/dataset")
+
+
+UNAPPLIED = STAGES[:STAGES.index("build")]  # an attempt stopped at one of these was never applied
+
+
+def judged(path) -> list[Attempt]:
+    """An attempts file of judge.py's (a `written` field, the text as the model wrote it, set aside)."""
+    return list(read_lines(path, lambda d: Attempt.from_json({k: v for k, v in d.items() if k != "written"})))
+
+
+def tile_bucket(tiles: int) -> str:
+    """A script by the tile decisions it makes (matmuls and convolutions make three or more)."""
+    return "no tile" if tiles == 0 else "1-2 tiles" if tiles <= 2 else "3+ tiles"
 
 
 def blocks(kernel: str) -> set[str]:
