@@ -24,8 +24,8 @@ from dragonlab.core.jsonl import read_lines
 from dragonlab.learn.dataset import load
 
 sys.path.insert(0, str(Path(__file__).parent))
-from transform import (CHAIN, LOOPS, UNAPPLIED, VERBATIM, dataset_dir, loop_extent, signatures, split_prompt,  # noqa: E402
-                       tile_bucket, to_chain)
+from transform import (CHAIN, LOOPS, UNAPPLIED, VERBATIM, dataset_dir, from_spaced, loop_extent, signatures,  # noqa: E402
+                       split_prompt, tile_bucket, to_chain)
 
 
 def stated_extents(form: str, line: str) -> list[int | None] | None:
@@ -53,7 +53,7 @@ for a in read_lines(path):
         continue
     kernel = signatures(split_prompt(dsd[a["split"]][a["index"]]["prompt"])[0])
     extents = {e for ext in kernel.values() for e in ext}
-    text = to_chain(a["script"]) if form == "codec" else a["written"]
+    text = to_chain(a["script"]) if form == "codec" else from_spaced(a["written"]) if form == "spaced" else a["written"]
     written = text.split("\n")
     stated = {}
     loops = [inst for inst in plain[0] if inst[0] == "GetLoops"]

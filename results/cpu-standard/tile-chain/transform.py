@@ -8,7 +8,8 @@ the extent of a loop it finds through the script's variable numbering.
 
     python transform.py FORM     # FORM: chain (tiles only), named (and block names), or
                                  # extents (and each `loops` line its loops' extents: `loops @out >12,16,32,16`),
-                                 # verbatim (the block's signature as the kernel shows it: `loops @out(t 12, i 16 r)`)
+                                 # verbatim (the block's signature as the kernel shows it: `loops @out(t 12, i 16 r)`),
+                                 # spaced (named, each chain's number after a space: `= 12 4 1 1`)
 
 builds runs/exp-FORM/dataset from runs/std/dataset (prompts' input scripts and completions).
 `back(FORM, text)` turns a model's text into the codec's script for the evaluator.
@@ -49,6 +50,19 @@ def from_chain(text: str) -> str:
         spans = [int(x) for x in m[2].split(">") if x]
         return f"{m[1]} =[{','.join(map(str, factors(spans)))}]" if spans else m[0]
     return CHAIN.sub(one, text)
+
+
+SPACED = re.compile(r"^(tile [^\n=]*) =((?: \d+)+)$", re.M)
+
+
+def to_spaced(text: str) -> str:
+    """A chain's numbers each after a space (`=12>4>1>1` as `= 12 4 1 1`): the tokens the kernel's
+    signature writes its extents with (` 12`), where `=12` and `>4` are other tokens (`12`, `4`)."""
+    return CHAIN.sub(lambda m: f"{m[1]} = " + " ".join(m[2].split(">")), text)
+
+
+def from_spaced(text: str) -> str:
+    return SPACED.sub(lambda m: f"{m[1]} =" + ">".join(m[2].split()), text)
 
 
 def to_named(script: str) -> str:
@@ -204,20 +218,21 @@ def forward(form: str, script: str, kernel: str) -> str:
                           for n, e in zip(named.split("\n"), to_extents(script, kernel).split("\n")))
     if form == "verbatim":
         named = to_verbatim(named, kernel)
-    return to_chain(named)
+    return to_spaced(to_chain(named)) if form == "spaced" else to_chain(named)
 
 
 def back(form: str, text: str) -> str:
     if form == "codec":  # the standard dataset's own form, for a control
         return text
-    text = from_chain(from_extents(text) if form == "extents" else from_verbatim(text) if form == "verbatim" else text)
-    return from_named(text) if form in ("named", "extents", "verbatim", "renamed") else text
+    text = from_chain(from_extents(text) if form == "extents" else from_verbatim(text) if form == "verbatim"
+                      else from_spaced(text) if form == "spaced" else text)
+    return from_named(text) if form in ("named", "extents", "verbatim", "renamed", "spaced") else text
 
 
 if __name__ == "__main__":
     import datasets
     form = sys.argv[1]
-    assert form in ("chain", "named", "extents", "verbatim")
+    assert form in ("chain", "named", "extents", "verbatim", "spaced")
     src, out = dataset_dir("codec"), dataset_dir(form)
     dsd = datasets.load_from_disk(str(src))
 
