@@ -15,14 +15,14 @@ from dragonlab.search.explore import forms, sample_traces
 
 
 class SlowWriter:
-    """Writes MetaSchedule's own sampled scripts, taking a while, and says when it wrote."""
+    """Writes MetaSchedule's own sampled scripts, taking `pause` seconds a batch, and says when it wrote."""
 
-    def __init__(self, scripts: list[str]):
-        self.scripts, self.spans = scripts, []
+    def __init__(self, scripts: list[str], pause: float = 1.0):
+        self.scripts, self.spans, self.pause = scripts, [], pause
 
     def write(self, prompts, *, n, seed):
         start = time.monotonic()
-        time.sleep(1.0)
+        time.sleep(self.pause)
         self.spans.append((start, time.monotonic()))
         return [[self.scripts[(seed + i) % len(self.scripts)] for i in range(n)] for _ in prompts]
 
@@ -64,7 +64,7 @@ def test_a_resumed_file_gives_every_example_the_attempts_asked_for(quick, tmp_pa
     short by a kill, gets those examples written again whole (their new lines win); one written
     with more attempts than asked is refused, naming the file, and left as it was."""
     w = quick["matmul"]
-    writer = SlowWriter([forms(s.sch.trace).script for s in sample_traces(w, "cpu", n=3, seed=1)])
+    writer = SlowWriter([forms(s.sch.trace).script for s in sample_traces(w, "cpu", n=3, seed=1)], pause=0)
     rows = [{"index": i, "prompt": f"prompt {i}", "task": CONSTRUCTION, "workload": w.key, "name": w.name}
             for i in range(2)]
     out = tmp_path / "attempts.jsonl"
