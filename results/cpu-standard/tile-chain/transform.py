@@ -6,10 +6,10 @@ The first number of a chain is the loop's extent, to be copied from the kernel; 
 divides the one before. A model writing the codec's `=[1,1,2,6]` must multiply four numbers to
 the extent of a loop it finds through the script's variable numbering.
 
-    python transform.py FORM     # FORM: chain (tiles only), named (and block names), or
+    python transform.py FORM     # FORM: chain (tiles only), named (and block names),
                                  # extents (and each `loops` line its loops' extents: `loops @out >12,16,32,16`),
-                                 # verbatim (the block's signature as the kernel shows it: `loops @out(t 12, i 16 r)`),
-                                 # spaced (named, each chain's number after a space: `= 12 4 1 1`)
+                                 # verbatim (the block's signature as the kernel shows it: `loops @out(t 12, i 16 r)`)
+                                 # or spaced (named, each chain's number after a space: `= 12 4 1 1`)
 
 builds runs/exp-FORM/dataset from runs/std/dataset (prompts' input scripts and completions).
 `back(FORM, text)` turns a model's text into the codec's script for the evaluator.
