@@ -221,12 +221,14 @@ def forward(form: str, script: str, kernel: str) -> str:
     return to_spaced(to_chain(named)) if form == "spaced" else to_chain(named)
 
 
+UNDO = {"extents": from_extents, "verbatim": from_verbatim, "spaced": from_spaced}  # what a form adds to the named chain
+
+
 def back(form: str, text: str) -> str:
     if form == "codec":  # the standard dataset's own form, for a control
         return text
-    text = from_chain(from_extents(text) if form == "extents" else from_verbatim(text) if form == "verbatim"
-                      else from_spaced(text) if form == "spaced" else text)
-    return from_named(text) if form in ("named", "extents", "verbatim", "renamed", "spaced") else text
+    text = from_chain(UNDO[form](text) if form in UNDO else text)
+    return text if form == "chain" else from_named(text)  # every other form names its blocks
 
 
 if __name__ == "__main__":
