@@ -28,7 +28,7 @@ model, tok = models.load(model_dir)
 written = models.generate(model, tok, [r["prompt"] for r in rows], n=n, temperature=temperature, max_new_tokens=768,
                           batch_size=8, seed=0, progress=True)
 with Evaluator("cpu") as ev:
-    attempts = evaluate_attempts(ev, ws, rows, [[back(form, t) for t in texts] for texts in written], split="test",
-                                 progress=True)
+    scripts = [[back(form, t, ws[row["workload"]].mod) for t in texts] for row, texts in zip(rows, written)]
+    attempts = evaluate_attempts(ev, ws, rows, scripts, split="test", progress=True)
 append_lines(out, [dict(a.to_json(), written=w) for a, w in zip(attempts, [t for ts in written for t in ts])])
 print(format_summary(summary(attempts)))

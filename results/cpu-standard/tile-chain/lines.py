@@ -10,7 +10,10 @@ it another of the extents the kernel shows, or one it does not show (written fro
 product's rate is also given apart for scripts of one or two tiles and of three or more.
 
 FORM `codec` reads a control's attempts (the codec's form, no `written` text): its chains are
-its factors' (`to_chain`), so their first number is their product and they always divide.
+its factors' (`to_chain`), so their first number is their product and they always divide. So
+does FORM `implied`, whose outermost factors the judge filled in. For every form: do the factors
+after the outermost multiply to a divisor of the loop's extent (the tile would be exact had the
+outermost been implied)?
 
     python lines.py FORM ATTEMPTS.jsonl[.gz]
 """
@@ -53,7 +56,7 @@ for a in read_lines(path):
         continue
     kernel = signatures(split_prompt(dsd[a["split"]][a["index"]]["prompt"])[0])
     extents = {e for ext in kernel.values() for e in ext}
-    text = to_chain(a["script"]) if form == "codec" else from_spaced(a["written"]) if form == "spaced" else a["written"]
+    text = to_chain(a["script"]) if form in ("codec", "implied") else from_spaced(a["written"]) if form == "spaced" else a["written"]
     written = text.split("\n")
     stated = {}
     loops = [inst for inst in plain[0] if inst[0] == "GetLoops"]
@@ -73,10 +76,11 @@ for a in read_lines(path):
         counts["tiles"] += 1
         counts["  first = the loop's extent"] += spans[0] == loop
         counts["  the loop's extent is one the kernel shows"] += loop in extents
-        if form != "codec" and spans[0] != loop:  # a wrong first number: from the kernel, or from memory?
+        if form not in ("codec", "implied") and spans[0] != loop:  # a wrong first number: from the kernel, or from memory?
             counts["  first not the loop's, but one the kernel shows"] += spans[0] in extents
         counts["  each divides the one before"] += all(b and a % b == 0 for a, b in zip(spans, spans[1:]))
         multiplies = math.prod(factors) == loop
+        counts["  the others' product divides the loop's extent"] += loop % math.prod(factors[1:]) == 0
         counts["  product = the loop's extent"] += multiplies
         bucket = tile_bucket(len(tiles))  # the script's
         counts[f"  tiles in scripts of {bucket}"] += 1

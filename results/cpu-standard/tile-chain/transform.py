@@ -9,10 +9,12 @@ the extent of a loop it finds through the script's variable numbering.
     python transform.py FORM     # FORM: chain (tiles only), named (and block names),
                                  # extents (and each `loops` line its loops' extents: `loops @out >12,16,32,16`),
                                  # verbatim (the block's signature as the kernel shows it: `loops @out(t 12, i 16 r)`)
-                                 # or spaced (named, each chain's number after a space: `= 12 4 1 1`)
+                                 # spaced (named, each chain's number after a space: `= 12 4 1 1`)
+                                 # or implied (the codec's form, each tile's outermost factor `*`: `=[*,1,2,6]`)
 
 builds runs/exp-FORM/dataset from runs/std/dataset (prompts' input scripts and completions).
-`back(FORM, text)` turns a model's text into the codec's script for the evaluator.
+`back(FORM, text, mod)` turns a model's text into the codec's script for the evaluator (the
+kernel `mod` fills the implied form's outermost factors).
 """
 import math
 import re
@@ -20,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from dragonlab.core.codec import decode
+from dragonlab.core.codec import apply, decode, design_part, to_plain
 from dragonlab.core.jsonl import read_lines
 from dragonlab.evaluation.evaluate import STAGES
 from dragonlab.learn.attempts import Attempt
@@ -212,6 +214,8 @@ def forward(form: str, script: str, kernel: str) -> str:
         return script
     if form == "chain":
         return to_chain(script)
+    if form == "implied":
+        return to_implied(script)
     named = to_named(script)
     if form == "extents":  # the loops lines' extents (from the codec's form) on the named lines
         named = "\n".join(re.sub(r" >\d+$", " >" + e.rpartition(" >")[2], n) if n.startswith("loops ") else n
@@ -224,19 +228,65 @@ def forward(form: str, script: str, kernel: str) -> str:
 UNDO = {"extents": from_extents, "verbatim": from_verbatim, "spaced": from_spaced}  # what a form adds to the named chain
 
 
-def back(form: str, text: str) -> str:
+IMPLIED = re.compile(r"^(tile [^\n=]*) =\[\*((?:,\d+)*)\]$", re.M)
+
+
+def to_implied(script: str) -> str:
+    """The codec's form with each tile's outermost factor written `*` (`=[*,1,2,6]`): the loop's
+    extent divided by the others' product, which the kernel decides and the model need not write."""
+    return TILE.sub(lambda m: f"{m[1]} =[{','.join(['*'] + m[2].split(',')[1:])}]", script)
+
+
+def from_implied(text: str, mod, rounds: int = 3) -> str:
+    """Each `*` as the loop's extent over the other factors' product. The extents are read from
+    the schedule `mod` takes under the script with `*` as 1 (TVM replaces a decision that does not
+    multiply to its loop's extent by one that does); a tile of a loop that an earlier tile made
+    takes another round. Where the product does not divide the extent, `*` stays 1: the evaluator
+    sees TVM repair that decision. Text that does not apply comes back with `*` as 1."""
+    starred = [m[1].startswith("*") for m in re.finditer(r"^tile [^\n=]* =\[([0-9*,]*)\]$", text, re.M)]
+    filled = IMPLIED.sub(lambda m: f"{m[1]} =[1{m[2]}]", text)
+    for _ in range(rounds):
+        try:
+            plain = design_part(decode(filled))
+            taken = dict(to_plain(apply(plain, mod).trace)[1])
+        except Exception:
+            return filled
+        loops = iter([math.prod(taken[i]) for i, _ in plain[1] if plain[0][i][0] == "SamplePerfectTile"])
+        stars = iter(starred)
+
+        def one(m):
+            loop, star = next(loops, 0), next(stars, False)
+            rest = m[2].split(",")[1:]
+            inner = math.prod(int(x) for x in rest)
+            if not star or not inner or loop % inner:
+                return m[0]
+            return f"{m[1]} =[{','.join([str(loop // inner)] + rest)}]"
+        again = TILE.sub(one, filled)
+        if again == filled:
+            break
+        filled = again
+    return filled
+
+
+def back(form: str, text: str, mod=None) -> str:
+    """A model's text in the codec's form; `mod`, the kernel, for the implied form only."""
     if form == "codec":  # the standard dataset's own form, for a control
         return text
+    if form == "implied":
+        return from_implied(text, mod)
     text = from_chain(UNDO[form](text) if form in UNDO else text)
     return text if form == "chain" else from_named(text)  # every other form names its blocks
 
 
 if __name__ == "__main__":
     import datasets
+
+    from dragonlab.learn.dataset import load
     form = sys.argv[1]
-    assert form in ("chain", "named", "extents", "verbatim", "spaced")
+    assert form in ("chain", "named", "extents", "verbatim", "spaced", "implied")
     src, out = dataset_dir("codec"), dataset_dir(form)
     dsd = datasets.load_from_disk(str(src))
+    mods = {k: w.mod for k, w in load(src)[1].items()} if form == "implied" else {}
 
     def row(r):
         head, script, tail = split_prompt(r["prompt"])
@@ -246,8 +296,9 @@ if __name__ == "__main__":
     bad = 0
     for split in new:
         for old, r in zip(dsd[split], new[split]):
-            bad += back(form, r["completion"]) != old["completion"]
-            bad += back(form, split_prompt(r["prompt"])[1]) != split_prompt(old["prompt"])[1]
+            mod = mods.get(r["workload"])
+            bad += back(form, r["completion"], mod) != old["completion"]
+            bad += back(form, split_prompt(r["prompt"])[1], mod) != split_prompt(old["prompt"])[1]
     assert bad == 0, f"{bad} scripts do not come back"
     new.save_to_disk(str(out))
     for name in ("workloads.jsonl", "build.json", "README.md"):
