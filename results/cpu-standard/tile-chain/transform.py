@@ -22,6 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from dragonlab.core.allowlist import refusal
 from dragonlab.core.codec import apply, decode, design_part, to_plain
 from dragonlab.core.jsonl import read_lines
 from dragonlab.evaluation.evaluate import STAGES
@@ -242,12 +243,16 @@ def from_implied(text: str, mod, rounds: int = 3) -> str:
     the schedule `mod` takes under the script with `*` as 1 (TVM replaces a decision that does not
     multiply to its loop's extent by one that does); a tile of a loop that an earlier tile made
     takes another round. Where the product does not divide the extent, `*` stays 1: the evaluator
-    sees TVM repair that decision. Text that does not apply comes back with `*` as 1."""
+    sees TVM repair that decision. Text that does not decode, that the evaluator's allowlist
+    refuses (applying it here could crash this process: a zero factor is SIGFPE) or that does not
+    apply comes back with `*` as 1, for the evaluator to refuse."""
     starred = [m[1].startswith("*") for m in re.finditer(r"^tile [^\n=]* =\[([0-9*,]*)\]$", text, re.M)]
     filled = IMPLIED.sub(lambda m: f"{m[1]} =[1{m[2]}]", text)
     for _ in range(rounds):
         try:
-            plain = design_part(decode(filled))
+            plain = design_part(decode(filled, verbatim=False))
+            if refusal(plain) is not None:
+                return filled
             taken = dict(to_plain(apply(plain, mod).trace)[1])
         except Exception:
             return filled
