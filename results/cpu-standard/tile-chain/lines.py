@@ -80,7 +80,8 @@ for a in read_lines(path):
             counts["  first not the loop's, but one the kernel shows"] += spans[0] in extents
         counts["  each divides the one before"] += all(b and a % b == 0 for a, b in zip(spans, spans[1:]))
         multiplies = math.prod(factors) == loop
-        counts["  the others' product divides the loop's extent"] += loop % math.prod(factors[1:]) == 0
+        others = math.prod(factors[1:])
+        counts["  the others' product divides the loop's extent"] += bool(others) and loop % others == 0
         counts["  product = the loop's extent"] += multiplies
         bucket = tile_bucket(len(tiles))  # the script's
         counts[f"  tiles in scripts of {bucket}"] += 1
