@@ -246,7 +246,7 @@ def from_implied(text: str, mod, rounds: int = 3) -> str:
     sees TVM repair that decision. Text that does not decode, that the evaluator's allowlist
     refuses (applying it here could crash this process: a zero factor is SIGFPE) or that does not
     apply comes back with `*` as 1, for the evaluator to refuse."""
-    starred = [m[1].startswith("*") for m in re.finditer(r"^tile [^\n=]* =\[([0-9*,]*)\]$", text, re.M)]
+    written = text.split("\n")  # line for line as `filled`, which only turns `*` into 1
     filled = IMPLIED.sub(lambda m: f"{m[1]} =[1{m[2]}]", text)
     for _ in range(rounds):
         try:
@@ -256,20 +256,18 @@ def from_implied(text: str, mod, rounds: int = 3) -> str:
             taken = dict(to_plain(apply(plain, mod).trace)[1])
         except Exception:
             return filled
-        loops = iter([math.prod(taken[i]) for i, _ in plain[1] if plain[0][i][0] == "SamplePerfectTile"])
-        stars = iter(starred)
-
-        def one(m):
-            loop, star = next(loops, 0), next(stars, False)
-            rest = m[2].split(",")[1:]
+        extents = iter([math.prod(taken[i]) for i, _ in plain[1] if plain[0][i][0] == "SamplePerfectTile"])
+        lines = filled.split("\n")
+        for k, line in enumerate(lines):
+            if not (m := TILE.match(line)):
+                continue
+            extent, rest = next(extents, 0), m[2].split(",")[1:]
             inner = math.prod(int(x) for x in rest)
-            if not star or not inner or loop % inner:
-                return m[0]
-            return f"{m[1]} =[{','.join([str(loop // inner)] + rest)}]"
-        again = TILE.sub(one, filled)
-        if again == filled:
+            if IMPLIED.match(written[k]) and extent and inner and extent % inner == 0:
+                lines[k] = f"{m[1]} =[{','.join([str(extent // inner), *rest])}]"
+        if "\n".join(lines) == filled:
             break
-        filled = again
+        filled = "\n".join(lines)
     return filled
 
 
