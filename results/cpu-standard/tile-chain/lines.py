@@ -42,6 +42,7 @@ def stated_extents(form: str, line: str) -> list[int | None] | None:
 
 
 form, path = sys.argv[1], sys.argv[2]
+factor_form = form in ("codec", "implied")  # the script's own factors are the chain: no `written` chain to read
 dsd, workloads = load(dataset_dir(form))
 counts = collections.Counter()
 for a in read_lines(path):
@@ -56,7 +57,7 @@ for a in read_lines(path):
         continue
     kernel = signatures(split_prompt(dsd[a["split"]][a["index"]]["prompt"])[0])
     extents = {e for ext in kernel.values() for e in ext}
-    text = to_chain(a["script"]) if form in ("codec", "implied") else from_spaced(a["written"]) if form == "spaced" else a["written"]
+    text = to_chain(a["script"]) if factor_form else from_spaced(a["written"]) if form == "spaced" else a["written"]
     written = text.split("\n")
     stated = {}
     loops = [inst for inst in plain[0] if inst[0] == "GetLoops"]
@@ -76,7 +77,7 @@ for a in read_lines(path):
         counts["tiles"] += 1
         counts["  first = the loop's extent"] += spans[0] == loop
         counts["  the loop's extent is one the kernel shows"] += loop in extents
-        if form not in ("codec", "implied") and spans[0] != loop:  # a wrong first number: from the kernel, or from memory?
+        if not factor_form and spans[0] != loop:  # a wrong first number: from the kernel, or from memory?
             counts["  first not the loop's, but one the kernel shows"] += spans[0] in extents
         counts["  each divides the one before"] += all(b and a % b == 0 for a, b in zip(spans, spans[1:]))
         multiplies = math.prod(factors) == loop
